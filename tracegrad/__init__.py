@@ -1,0 +1,51 @@
+"""tracegrad: automatic differentiation for ordinary numerical Python.
+
+Eager mode follows torch.autograd; compile mode traces NumPy or Tensor code
+into a graph, differentiates it, and generates NumPy (or CUDA) source that is
+cached on disk.  See README.md and docs/.
+"""
+from tracegrad._version import __version__
+import numpy as _np
+
+from tracegrad import primitives
+from tracegrad import autograd  # before tensor: the engine imports Tensor
+from tracegrad.tensor import (Tensor, tensor, as_tensor, from_numpy, zeros, ones, empty, full,
+                              eye, zeros_like, ones_like, empty_like, full_like, arange,
+                              linspace, rand, randn, rand_like, randn_like, randint, randperm,
+                              normal, manual_seed, seed, is_tensor, device)
+from tracegrad import ops
+from tracegrad.ops import *  # noqa: F401,F403
+from tracegrad import autograd
+from tracegrad.autograd import (no_grad, enable_grad, set_grad_enabled, inference_mode,
+                                is_grad_enabled, is_inference_mode_enabled)
+
+# dtype names as in torch (float is float32, double is float64)
+float16 = half = _np.dtype("float16")
+float32 = float = _np.dtype("float32")
+float64 = double = _np.dtype("float64")
+int8 = _np.dtype("int8")
+int16 = short = _np.dtype("int16")
+int32 = int = _np.dtype("int32")
+int64 = long = _np.dtype("int64")
+uint8 = _np.dtype("uint8")
+bool = _np.dtype("bool")
+dtype = _np.dtype
+
+_LAZY = {
+    # compiler entry points load on first use, so `import tracegrad` stays light
+    "compile": "tracegrad.api", "grad": "tracegrad.api", "value_and_grad": "tracegrad.api",
+    "vjp": "tracegrad.api", "jvp": "tracegrad.api", "jacobian": "tracegrad.api",
+    "jacrev": "tracegrad.api", "jacfwd": "tracegrad.api", "hessian": "tracegrad.api",
+    "cache_info": "tracegrad.cache", "clear_cache": "tracegrad.cache",
+    "TraceError": "tracegrad.trace", "testing": None,
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+        mod = _LAZY[name]
+        if mod is None:
+            return importlib.import_module(f"tracegrad.{name}")
+        return getattr(importlib.import_module(mod), name)
+    raise AttributeError(f"module 'tracegrad' has no attribute {name!r}")

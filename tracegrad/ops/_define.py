@@ -1,0 +1,190 @@
+"""How the functional ops become methods, operators and NumPy overrides.
+
+``ArrayMethods`` is the base class of both eager ``Tensor`` and tracing
+``Tracer``: every method on it calls a functional op, which binds a
+primitive, so the same user code runs eagerly and under tracing.
+
+An op module attaches a function with
+
+* ``@method("exp")``: as ``x.exp()`` on Tensors and tracers;
+* ``@implements(np.exp)``: as the override NumPy dispatches to through
+  ``__array_ufunc__`` / ``__array_function__``, so ``np.exp(t)`` works.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+# NumPy callable (ufunc or array function) -> tracegrad function
+NUMPY_FUNCTIONS: dict = {}
+
+
+class ArrayMethods:
+    """Operators and torch/NumPy-style methods shared by Tensor and Tracer."""
+    __slots__ = ()
+    __array_priority__ = 1000  # so ndarray <op> Tensor defers to us
+
+    # Filled by op modules through ``method``; operators below call them.
+    def __add__(self, o): return _ops.add(self, o)
+    def __radd__(self, o): return _ops.add(o, self)
+    def __sub__(self, o): return _ops.sub(self, o)
+    def __rsub__(self, o): return _ops.sub(o, self)
+    def __mul__(self, o): return _ops.mul(self, o)
+    def __rmul__(self, o): return _ops.mul(o, self)
+    def __truediv__(self, o): return _ops.div(self, o)
+    def __rtruediv__(self, o): return _ops.div(o, self)
+    def __pow__(self, o): return _ops.pow(self, o)
+    def __rpow__(self, o): return _ops.pow(o, self)
+    def __matmul__(self, o): return _ops.matmul(self, o)
+    def __rmatmul__(self, o): return _ops.matmul(o, self)
+    def __floordiv__(self, o): return _ops.floor_divide(self, o)
+    def __rfloordiv__(self, o): return _ops.floor_divide(o, self)
+    def __mod__(self, o): return _ops.remainder(self, o)
+    def __rmod__(self, o): return _ops.remainder(o, self)
+    def __neg__(self): return _ops.neg(self)
+    def __pos__(self): return self
+    def __abs__(self): return _ops.abs(self)
+    def __lt__(self, o): return _ops.less(self, o)
+    def __le__(self, o): return _ops.less_equal(self, o)
+    def __gt__(self, o): return _ops.greater(self, o)
+    def __ge__(self, o): return _ops.greater_equal(self, o)
+    def __eq__(self, o): return _ops.equal(self, o)
+    def __ne__(self, o): return _ops.not_equal(self, o)
+    def __and__(self, o): return _ops.logical_and(self, o)
+    def __rand__(self, o): return _ops.logical_and(o, self)
+    def __or__(self, o): return _ops.logical_or(self, o)
+    def __ror__(self, o): return _ops.logical_or(o, self)
+    def __xor__(self, o): return _ops.logical_xor(self, o)
+    def __invert__(self): return _ops.logical_not(self)
+    def __getitem__(self, idx): return _ops.getitem(self, idx)
+    __hash__ = object.__hash__
+
+    # NumPy attribute spellings and torch ones
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size_(self):
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    def dim(self):
+        return len(self.shape)
+
+    ndimension = dim
+
+    def numel(self):
+        return self.size_
+
+    def size(self, dim=None):
+        return tuple(self.shape) if dim is None else self.shape[dim]
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    @property
+    def T(self):
+        return _ops.transpose(self)
+
+    @property
+    def mT(self):
+        return _ops.swapaxes(self, -1, -2)
+
+    def t(self):
+        if len(self.shape) > 2:
+            raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {len(self.shape)}D")
+        return _ops.transpose(self)
+
+    # NumPy protocols: np.sin(t), np.sum(t, axis=0), ndarray @ t.
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if method != "__call__":
+            return NotImplemented if method != "reduce" else _reduce_ufunc(ufunc, inputs, kwargs)
+        fn = NUMPY_FUNCTIONS.get(ufunc)
+        if fn is None:
+            raise NotImplementedError(
+                f"tracegrad has no rule for the NumPy ufunc np.{ufunc.__name__}; "
+                f"use an op tracegrad supports or wrap it in tg.autograd.Function "
+                f"with a hand-written backward")
+        if kwargs.get("out") is not None:
+            raise TypeError(f"np.{ufunc.__name__}(..., out=) cannot write into a tracegrad "
+                            f"value; assign the result instead")
+        kwargs.pop("out", None)
+        return fn(*inputs, **kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        fn = NUMPY_FUNCTIONS.get(func)
+        if fn is None:
+            raise NotImplementedError(
+                f"tracegrad has no rule for np.{getattr(func, '__name__', func)}; "
+                f"use an op tracegrad supports or wrap it in tg.autograd.Function "
+                f"with a hand-written backward")
+        return fn(*args, **kwargs)
+
+
+def _reduce_ufunc(ufunc, inputs, kwargs):
+    # np.add.reduce(t, axis) and friends
+    table = {np.add: "sum", np.multiply: "prod", np.maximum: "max", np.minimum: "min"}
+    name = table.get(ufunc)
+    if name is None:
+        raise NotImplementedError(f"np.{ufunc.__name__}.reduce is not supported by tracegrad")
+    kwargs.pop("out", None)
+    return getattr(_ops, name)(inputs[0], **kwargs)
+
+
+def method(*names):
+    """Attach the decorated op as methods named ``names`` of Tensor and Tracer."""
+    def deco(fn):
+        for n in names:
+            setattr(ArrayMethods, n, fn)
+        return fn
+    return deco
+
+
+def implements(*numpy_funcs):
+    """Route the given NumPy ufuncs/functions to the decorated op."""
+    def deco(fn):
+        for f in numpy_funcs:
+            if f is not None:
+                NUMPY_FUNCTIONS[f] = fn
+        return fn
+    return deco
+
+
+def axis_arg(axis, dim):
+    """NumPy says axis, torch says dim: accept both, not both at once."""
+    if dim is not None:
+        if axis is not None:
+            raise TypeError("pass either axis= or dim=, not both")
+        axis = dim
+    if isinstance(axis, list):
+        axis = tuple(axis)
+    return axis
+
+
+def norm_axes(axis, ndim):
+    """Normalise an axis spec to a sorted tuple of non-negative ints (None: all)."""
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, int) or hasattr(axis, "__index__"):
+        axis = (int(axis),)
+    out = []
+    for a in axis:
+        a = int(a)
+        if not -ndim <= a < max(ndim, 1):
+            raise IndexError(f"axis {a} is out of range for an array of {ndim} dimensions")
+        out.append(a % ndim if ndim else 0)
+    return tuple(sorted(set(out)))
+
+
+class _OpsProxy:
+    """Late lookup of tracegrad.ops (the op modules import this one)."""
+    def __getattr__(self, name):
+        from tracegrad import ops
+        return getattr(ops, name)
+
+
+_ops = _OpsProxy()

@@ -1,0 +1,596 @@
+"""Core primitives and the helpers every op module uses to define rows.
+
+Elementwise ops are defined by their partial derivatives once: the vjp of
+input i is ``g * d_i`` and the jvp is ``sum_i t_i * d_i``, so the two modes
+cannot disagree.  ``unbroadcast`` undoes broadcasting for every rule.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tracegrad.primitives import Aval, bind, register, broadcast_shapes
+from tracegrad.ops._define import method, implements, axis_arg, norm_axes
+
+
+# --- shape rules ------------------------------------------------------------------
+
+def _dummy(a):
+    if isinstance(a, Aval):
+        return np.ones((), a.dtype)
+    return a
+
+
+def elementwise_shape(prim_impl):
+    """Shape rule of an elementwise op: broadcast shapes; dtype by asking
+    NumPy on 0-d stand-ins (Python scalars stay weak)."""
+    def rule(*avals, **attrs):
+        shapes = [a.shape for a in avals if isinstance(a, Aval)]
+        with np.errstate(all="ignore"):
+            dtype = np.asarray(prim_impl(np, *[_dummy(a) for a in avals], **attrs)).dtype
+        return Aval(broadcast_shapes(*shapes), dtype)
+    return rule
+
+
+def shape_by_eval(impl):
+    """Fallback shape rule: run impl on zero-filled stand-ins (calloc'd, so
+    cheap) and read the result's shape and dtype.  Trace time only."""
+    def rule(*avals, **attrs):
+        args = [np.zeros(a.shape, a.dtype) if isinstance(a, Aval) else a for a in avals]
+        with np.errstate(all="ignore"):
+            out = impl(np, *args, **attrs)
+        if isinstance(out, (tuple, list)):
+            return tuple(Aval(np.shape(o), np.asarray(o).dtype) for o in out)
+        out = np.asarray(out)
+        return Aval(out.shape, out.dtype)
+    return rule
+
+
+def is_value(x):
+    """A tracegrad value (Tensor or tracer), as opposed to a constant."""
+    return hasattr(x, "_trace") or hasattr(x, "grad_fn")
+
+
+def shape_of(x):
+    return tuple(getattr(x, "shape", ()))
+
+
+# --- broadcasting undone in one place ---------------------------------------------
+
+def unbroadcast(ct, shape, dtype=None):
+    """Sum ``ct`` down to ``shape`` (undoing broadcasting) and cast it to
+    ``dtype``.  Every vjp rule's result passes through here."""
+    cshape = tuple(ct.shape)
+    if cshape != shape:
+        lead = len(cshape) - len(shape)
+        axes = tuple(range(lead)) + tuple(
+            lead + i for i, d in enumerate(shape) if d == 1 and cshape[lead + i] != 1)
+        if axes:
+            ct = sum(ct, axis=axes, keepdims=True)
+        if tuple(ct.shape) != shape:
+            ct = reshape(ct, shape)
+    if dtype is not None and ct.dtype != dtype and np.issubdtype(dtype, np.inexact):
+        ct = astype(ct, dtype)
+    return ct
+
+
+# --- defining elementwise rows ---------------------------------------------------
+
+def _partials_rules(partials):
+    """vjp and jvp tuples from one partial derivative per input.
+
+    partials[i](out, *inputs) -> d out / d input_i (None: no gradient)."""
+    vjp, jvp = [], []
+    for d in partials:
+        if d is None:
+            vjp.append(None)
+            jvp.append(None)
+        else:
+            vjp.append(lambda g, out, *xs, _d=d, **kw: mul(g, _d(out, *xs)))
+            jvp.append(lambda t, out, *xs, _d=d, **kw: mul(t, _d(out, *xs)))
+    return tuple(vjp), tuple(jvp)
+
+
+def def_elementwise(name, impl, partials, numpy, cuda=None, ufunc=None,
+                    save_out=False, save_inputs=True, helpers=(), vjp=None, jvp=None):
+    """Register an elementwise primitive from its partial derivatives.
+
+    ``vjp``/``jvp`` override the derived rules where a direct form is
+    cheaper (e.g. add: the cotangent passes through unchanged)."""
+    dv, dj = _partials_rules(partials)
+    return register(name, impl, shape=elementwise_shape(impl), vjp=vjp or dv, jvp=jvp or dj,
+                    numpy=numpy, cuda=cuda, ufunc=ufunc or (numpy.split("(")[0]
+                                                            if numpy.startswith("np.") else None),
+                    save_out=save_out, save_inputs=save_inputs, helpers=helpers,
+                    elementwise=True)
+
+
+def zeros_rule(g, out, *xs, **kw):
+    """vjp/jvp of a piecewise-constant op: zero, shaped like the output."""
+    return mul(g, 0.0)
+
+
+# --- arithmetic ------------------------------------------------------------------
+
+add_p = def_elementwise(
+    "add", lambda xp, x, y: xp.add(x, y), (None, None), "np.add({0}, {1})", "({0} + {1})",
+    save_inputs=False,
+    vjp=(lambda g, out, x, y: g, lambda g, out, x, y: g),
+    jvp=(lambda t, out, x, y: t, lambda t, out, x, y: t))
+sub_p = def_elementwise(
+    "sub", lambda xp, x, y: xp.subtract(x, y), (None, None), "np.subtract({0}, {1})",
+    "({0} - {1})", save_inputs=False,
+    vjp=(lambda g, out, x, y: g, lambda g, out, x, y: neg(g)),
+    jvp=(lambda t, out, x, y: t, lambda t, out, x, y: neg(t)))
+mul_p = def_elementwise(
+    "mul", lambda xp, x, y: xp.multiply(x, y),
+    (lambda out, x, y: y, lambda out, x, y: x), "np.multiply({0}, {1})", "({0} * {1})")
+div_p = def_elementwise(
+    "div", lambda xp, x, y: xp.true_divide(x, y),
+    (lambda out, x, y: reciprocal(y), lambda out, x, y: neg(div(div(x, y), y))),
+    "np.true_divide({0}, {1})", "({0} / {1})",
+    vjp=(lambda g, out, x, y: div(g, y), lambda g, out, x, y: neg(div(mul(g, div(x, y)), y))))
+neg_p = def_elementwise(
+    "neg", lambda xp, x: xp.negative(x), (None,), "np.negative({0})", "(-{0})",
+    save_inputs=False, vjp=(lambda g, out, x: neg(g),), jvp=(lambda t, out, x: neg(t),))
+reciprocal_p = def_elementwise(
+    "reciprocal", lambda xp, x: xp.reciprocal(x),
+    (lambda out, x: neg(mul(out, out)),), "np.reciprocal({0})", "(1 / {0})", save_out=True,
+    save_inputs=False)
+
+
+def _pow_dx(out, x, y):
+    if not is_value(y) and np.ndim(y) == 0:
+        if y == 2:
+            return mul(x, 2.0)
+        if y == 0:
+            return mul(x, 0.0)
+        return mul(pow(x, y - 1), y)
+    return mul(y, pow(x, sub(y, 1)))
+
+
+def _pow_dy(out, x, y):
+    # d/dy x**y = x**y log x; defined as 0 where x == 0 (the limit for y > 0)
+    safe = where(equal(x, 0), 1.0, x)
+    return mul(out, log(safe))
+
+
+pow_p = def_elementwise(
+    "pow", lambda xp, x, y: xp.power(x, y), (_pow_dx, _pow_dy), "np.power({0}, {1})",
+    "pow({0}, {1})", save_out=True)
+
+
+def exp_d(out, x):
+    return out
+
+
+exp_p = def_elementwise("exp", lambda xp, x: xp.exp(x), (exp_d,), "np.exp({0})", "exp({0})",
+                        save_out=True, save_inputs=False)
+log_p = def_elementwise("log", lambda xp, x: xp.log(x), (lambda out, x: reciprocal(x),),
+                        "np.log({0})", "log({0})",
+                        vjp=(lambda g, out, x: div(g, x),))
+tanh_p = def_elementwise("tanh", lambda xp, x: xp.tanh(x),
+                         (lambda out, x: sub(1.0, mul(out, out)),), "np.tanh({0})", "tanh({0})",
+                         save_out=True, save_inputs=False)
+
+
+def _cmp(name, fn, numpy_name, cuda_op):
+    p = register(name, lambda xp, x, y, _f=fn: getattr(xp, _f)(x, y),
+                 shape=lambda x, y, **kw: Aval(broadcast_shapes(getattr(x, "shape", ()),
+                                                                 getattr(y, "shape", ())),
+                                               np.dtype(bool)),
+                 nondiff=True, numpy=f"np.{numpy_name}({{0}}, {{1}})",
+                 cuda=f"({{0}} {cuda_op} {{1}})", ufunc=f"np.{numpy_name}", elementwise=True)
+    return p
+
+
+less_p = _cmp("less", "less", "less", "<")
+less_equal_p = _cmp("less_equal", "less_equal", "less_equal", "<=")
+greater_p = _cmp("greater", "greater", "greater", ">")
+greater_equal_p = _cmp("greater_equal", "greater_equal", "greater_equal", ">=")
+equal_p = _cmp("equal", "equal", "equal", "==")
+not_equal_p = _cmp("not_equal", "not_equal", "not_equal", "!=")
+logical_and_p = _cmp("logical_and", "logical_and", "logical_and", "&&")
+logical_or_p = _cmp("logical_or", "logical_or", "logical_or", "||")
+logical_xor_p = _cmp("logical_xor", "logical_xor", "logical_xor", "!=")
+logical_not_p = register(
+    "logical_not", lambda xp, x: xp.logical_not(x),
+    shape=lambda x: Aval(x.shape, np.dtype(bool)), nondiff=True,
+    numpy="np.logical_not({0})", cuda="(!{0})", ufunc="np.logical_not", elementwise=True)
+
+where_p = register(
+    "where", lambda xp, c, x, y: xp.where(c, x, y),
+    shape=elementwise_shape(lambda xp, c, x, y: np.where(c, x, y)),
+    vjp=(None, lambda g, out, c, x, y: where(c, g, 0.0),
+         lambda g, out, c, x, y: where(c, 0.0, g)),
+    jvp=(None, lambda t, out, c, x, y: where(c, t, 0.0),
+         lambda t, out, c, x, y: where(c, 0.0, t)),
+    numpy="np.where({0}, {1}, {2})", cuda="({0} ? {1} : {2})", elementwise=True)
+
+
+# --- dtype, copies, gradient stops -------------------------------------------------
+
+astype_p = register(
+    "astype", lambda xp, x, dtype: x.astype(dtype),
+    shape=lambda x, dtype: Aval(x.shape, np.dtype(dtype)),
+    vjp=(lambda g, out, x, dtype: g,), jvp=(lambda t, out, x, dtype: astype(t, dtype),),
+    numpy="{0}.astype({dtype})", save_inputs=False, elementwise=True,
+    cuda=None)
+stop_gradient_p = register(
+    "stop_gradient", lambda xp, x: x, shape=lambda x: x, vjp=(None,), jvp=(None,),
+    numpy="{0}", cuda="{0}", save_inputs=False, elementwise=True)
+clone_p = register(
+    "clone", lambda xp, x: xp.array(x, copy=True), shape=lambda x: x,
+    vjp=(lambda g, out, x: g,), jvp=(lambda t, out, x: t,), numpy="{0}.copy()",
+    save_inputs=False)
+zeros_like_p = register(
+    "zeros_like", lambda xp, x: xp.zeros(np.shape(x), np.result_type(x)),
+    shape=lambda x: x, nondiff=True, numpy="np.zeros_like({0})", save_inputs=False)
+
+
+# --- reductions ------------------------------------------------------------------
+
+def _reduced_shape(shape, axis, keepdims):
+    if keepdims:
+        return tuple(1 if i in axis else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axis)
+
+
+def expand_reduced(g, shape, axis, keepdims):
+    """Broadcast a reduction's cotangent back to the input shape."""
+    if not keepdims:
+        g = reshape(g, _reduced_shape(shape, axis, True))
+    return broadcast_to(g, shape)
+
+
+sum_p = register(
+    "sum", lambda xp, x, axis, keepdims: xp.sum(x, axis=axis, keepdims=keepdims),
+    shape=lambda x, axis, keepdims: Aval(
+        _reduced_shape(x.shape, axis, keepdims),
+        np.sum(np.zeros((), x.dtype)).dtype if x.dtype.kind in "biu" else x.dtype),
+    vjp=(lambda g, out, x, axis, keepdims: expand_reduced(g, x.shape, axis, keepdims),),
+    jvp=(lambda t, out, x, axis, keepdims: sum(t, axis=axis, keepdims=keepdims),),
+    numpy="np.sum({0}, axis={axis}, keepdims={keepdims})", save_inputs=False)
+
+
+# --- shapes ------------------------------------------------------------------------
+
+reshape_p = register(
+    "reshape", lambda xp, x, shape: xp.reshape(x, shape),
+    shape=lambda x, shape: Aval(shape, x.dtype),
+    vjp=(lambda g, out, x, shape: reshape(g, x.shape),),
+    jvp=(lambda t, out, x, shape: reshape(t, shape),),
+    numpy="np.reshape({0}, {shape})", save_inputs=False, view=True)
+broadcast_to_p = register(
+    "broadcast_to", lambda xp, x, shape: xp.broadcast_to(x, shape),
+    shape=lambda x, shape: Aval(shape, x.dtype),
+    vjp=(lambda g, out, x, shape: g,),  # unbroadcast sums it back
+    jvp=(lambda t, out, x, shape: broadcast_to(t, shape),),
+    numpy="np.broadcast_to({0}, {shape})", save_inputs=False, view=True)
+transpose_p = register(
+    "transpose", lambda xp, x, axes: xp.transpose(x, axes),
+    shape=lambda x, axes: Aval(tuple(x.shape[a] for a in axes), x.dtype),
+    vjp=(lambda g, out, x, axes: transpose(g, tuple(np.argsort(axes).tolist())),),
+    jvp=(lambda t, out, x, axes: transpose(t, axes),),
+    numpy="np.transpose({0}, {axes})", save_inputs=False, view=True)
+
+
+# --- matrix product -----------------------------------------------------------------
+
+def _matmul_shape(a, b):
+    out = np.matmul(np.zeros(a.shape[-2:] if len(a.shape) >= 2 else a.shape, a.dtype),
+                    np.zeros(b.shape[-2:] if len(b.shape) >= 2 else b.shape, b.dtype))
+    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    return Aval(batch + out.shape, out.dtype)
+
+
+def _mT(x):
+    return swapaxes(x, -1, -2)
+
+
+def _matmul_vjp_a(g, out, a, b):
+    if len(a.shape) == 1 and len(b.shape) == 1:
+        return mul(g, b)
+    if len(a.shape) == 1:      # (k) @ (..., k, m) -> (..., m)
+        return reshape(matmul(b, reshape(g, tuple(g.shape) + (1,))), tuple(g.shape[:-1]) + (b.shape[-2],))
+    if len(b.shape) == 1:      # (..., n, k) @ (k) -> (..., n)
+        return mul(reshape(g, tuple(g.shape) + (1,)), b)
+    return matmul(g, _mT(b))
+
+
+def _matmul_vjp_b(g, out, a, b):
+    if len(a.shape) == 1 and len(b.shape) == 1:
+        return mul(g, a)
+    if len(a.shape) == 1:      # dB[..., k, m] = a[k] g[..., m]
+        return mul(reshape(a, (a.shape[0], 1)), reshape(g, tuple(g.shape[:-1]) + (1, g.shape[-1])))
+    if len(b.shape) == 1:      # dB[k] = sum_n a[..., n, k] g[..., n]
+        return reshape(matmul(_mT(a), reshape(g, tuple(g.shape) + (1,))),
+                       tuple(g.shape[:-1]) + (a.shape[-1],))
+    return matmul(_mT(a), g)
+
+
+matmul_p = register(
+    "matmul", lambda xp, a, b: xp.matmul(a, b), shape=_matmul_shape,
+    vjp=(_matmul_vjp_a, _matmul_vjp_b),
+    jvp=(lambda t, out, a, b: matmul(t, b), lambda t, out, a, b: matmul(a, t)),
+    numpy="np.matmul({0}, {1})", ufunc="np.matmul")
+
+
+# --- the functional API ------------------------------------------------------------
+
+@method("add")
+@implements(np.add)
+def add(x, y, alpha=1, **kw):
+    return bind(add_p, x, y if alpha == 1 else mul(y, alpha))
+
+
+@method("sub", "subtract")
+@implements(np.subtract)
+def sub(x, y, alpha=1, **kw):
+    return bind(sub_p, x, y if alpha == 1 else mul(y, alpha))
+
+
+subtract = sub
+
+
+@method("mul", "multiply")
+@implements(np.multiply)
+def mul(x, y, **kw):
+    return bind(mul_p, x, y)
+
+
+multiply = mul
+
+
+@method("div", "divide", "true_divide")
+@implements(np.true_divide, np.divide)
+def div(x, y, rounding_mode=None, **kw):
+    if rounding_mode == "floor":
+        from tracegrad.ops import floor
+        return floor(bind(div_p, x, y))
+    if rounding_mode == "trunc":
+        from tracegrad.ops import trunc
+        return trunc(bind(div_p, x, y))
+    return bind(div_p, x, y)
+
+
+divide = true_divide = div
+
+
+@method("neg", "negative")
+@implements(np.negative)
+def neg(x, **kw):
+    return bind(neg_p, x)
+
+
+negative = neg
+
+
+@method("reciprocal")
+@implements(np.reciprocal)
+def reciprocal(x, **kw):
+    return bind(reciprocal_p, x)
+
+
+@method("pow")
+@implements(np.power)
+def pow(x, y, **kw):
+    if not is_value(y) and np.ndim(y) == 0 and not is_value(x) and np.ndim(x) == 0:
+        return x ** y
+    return bind(pow_p, x, y)
+
+
+power = pow
+
+
+@implements(np.float_power)
+def float_power(x, y, **kw):
+    return pow(astype(x, np.float64), y)
+
+
+@method("exp")
+@implements(np.exp)
+def exp(x, **kw):
+    return bind(exp_p, x)
+
+
+@method("log")
+@implements(np.log)
+def log(x, **kw):
+    return bind(log_p, x)
+
+
+@method("tanh")
+@implements(np.tanh)
+def tanh(x, **kw):
+    return bind(tanh_p, x)
+
+
+def _binary_cmp(prim):
+    def op(x, y, **kw):
+        return bind(prim, x, y)
+    op.__name__ = prim.name
+    return op
+
+
+less = method("lt", "less")(implements(np.less)(_binary_cmp(less_p)))
+less_equal = method("le", "less_equal")(implements(np.less_equal)(_binary_cmp(less_equal_p)))
+greater = method("gt", "greater")(implements(np.greater)(_binary_cmp(greater_p)))
+greater_equal = method("ge", "greater_equal")(implements(np.greater_equal)(_binary_cmp(greater_equal_p)))
+equal = method("eq")(implements(np.equal)(_binary_cmp(equal_p)))
+not_equal = method("ne", "not_equal")(implements(np.not_equal)(_binary_cmp(not_equal_p)))
+logical_and = method("logical_and")(implements(np.logical_and)(_binary_cmp(logical_and_p)))
+logical_or = method("logical_or")(implements(np.logical_or)(_binary_cmp(logical_or_p)))
+logical_xor = method("logical_xor")(implements(np.logical_xor)(_binary_cmp(logical_xor_p)))
+lt, le, gt, ge, eq, ne = less, less_equal, greater, greater_equal, equal, not_equal
+
+
+@method("logical_not")
+@implements(np.logical_not)
+def logical_not(x, **kw):
+    return bind(logical_not_p, x)
+
+
+@method("where")
+@implements(np.where)
+def where(condition, x=None, y=None):
+    if x is None and y is None:
+        from tracegrad.ops import nonzero
+        return nonzero(condition)
+    return bind(where_p, condition, x, y)
+
+
+def astype(x, dtype):
+    from tracegrad.tensor import _resolve_dtype
+    dtype = _resolve_dtype(dtype)
+    if getattr(x, "dtype", None) == dtype:
+        return x
+    return bind(astype_p, x, dtype=dtype.name)
+
+
+def stop_gradient(x):
+    """The value of x, through which no gradient flows (JAX's stop_gradient)."""
+    return bind(stop_gradient_p, x)
+
+
+def clone(x, memory_format=None):
+    return bind(clone_p, x)
+
+
+@implements(np.copy)
+def copy(x, order="K", subok=False):
+    return bind(clone_p, x)
+
+
+def zeros_like_value(x):
+    return bind(zeros_like_p, x)
+
+
+@method("sum")
+@implements(np.sum)
+def sum(x, axis=None, keepdims=False, dim=None, keepdim=None, dtype=None, out=None, **kw):
+    axis = axis_arg(axis, dim)
+    keepdims = bool(keepdim) if keepdim is not None else bool(keepdims)
+    if dtype is not None:
+        x = astype(x, dtype)
+    axes = norm_axes(axis, len(shape_of(x)))
+    if not axes and not is_value(x):
+        return x
+    return bind(sum_p, x, axis=axes, keepdims=keepdims)
+
+
+def _resolve_shape(shape, size):
+    shape = list(shape)
+    if shape.count(-1) > 1:
+        raise RuntimeError("only one dimension can be inferred (-1) in a reshape")
+    if -1 in shape:
+        known = 1
+        for d in shape:
+            if d != -1:
+                known *= d
+        if known == 0 or size % known:
+            raise RuntimeError(f"shape '{shape}' is invalid for input of size {size}")
+        shape[shape.index(-1)] = size // known
+    n = 1
+    for d in shape:
+        n *= d
+    if n != size:
+        raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {size}")
+    return tuple(int(d) for d in shape)
+
+
+@method("reshape", "view")
+@implements(np.reshape)
+def reshape(x, *shape, newshape=None, order="C", **kw):
+    if newshape is not None:
+        shape = (newshape,)
+    if "shape" in kw:
+        shape = (kw.pop("shape"),)
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    elif len(shape) == 1 and not isinstance(shape[0], int) and hasattr(shape[0], "__len__"):
+        shape = tuple(shape[0])
+    size = 1
+    for d in shape_of(x):
+        size *= d
+    shape = _resolve_shape([int(d) for d in shape], size)
+    if shape == shape_of(x) and is_value(x):
+        return x
+    return bind(reshape_p, x, shape=shape)
+
+
+@method("broadcast_to", "expand")
+@implements(np.broadcast_to)
+def broadcast_to(x, *shape, **kw):
+    if "size" in kw:
+        shape = (kw["size"],)
+    if "shape" in kw:
+        shape = (kw["shape"],)
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    xs = shape_of(x)
+    # torch's expand: -1 keeps the existing size
+    lead = len(shape) - len(xs)
+    shape = tuple(int(xs[i - lead]) if d == -1 else int(d) for i, d in enumerate(shape))
+    if shape == xs and is_value(x):
+        return x
+    try:
+        np.broadcast_shapes(xs, shape)
+    except ValueError:
+        raise RuntimeError(f"the shape {list(xs)} cannot be broadcast to {list(shape)}") from None
+    return bind(broadcast_to_p, x, shape=shape)
+
+
+@method("transpose")
+@implements(np.transpose)
+def transpose(x, *axes, **kw):
+    if "axes" in kw:
+        axes = (kw["axes"],)
+    nd = len(shape_of(x))
+    if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], (tuple, list))):
+        axes = axes[0]
+    if axes is None or axes == ():
+        axes = tuple(range(nd))[::-1]
+    elif len(axes) == 2 and nd != 2 or (len(axes) == 2 and "dim0" in kw):
+        return swapaxes(x, axes[0], axes[1])
+    axes = tuple(int(a) % nd for a in axes)
+    if axes == tuple(range(nd)) and is_value(x):
+        return x
+    return bind(transpose_p, x, axes=axes)
+
+
+@method("permute")
+def permute(x, *dims):
+    if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+        dims = tuple(dims[0])
+    nd = len(shape_of(x))
+    return bind(transpose_p, x, axes=tuple(int(a) % nd for a in dims))
+
+
+@method("swapaxes", "transpose_")
+@implements(np.swapaxes)
+def swapaxes(x, axis1, axis2):
+    nd = len(shape_of(x))
+    axes = list(range(nd))
+    a, b = axis1 % nd, axis2 % nd
+    axes[a], axes[b] = axes[b], axes[a]
+    if a == b:
+        return x
+    return bind(transpose_p, x, axes=tuple(axes))
+
+
+swapdims = swapaxes
+
+
+@method("matmul")
+@implements(np.matmul)
+def matmul(a, b, **kw):
+    if len(shape_of(a)) == 0 or len(shape_of(b)) == 0:
+        raise ValueError("matmul: both operands need at least one dimension; use * for scalars")
+    return bind(matmul_p, a, b)
+
+
+@method("mm")
+def mm(a, b):
+    if len(shape_of(a)) != 2 or len(shape_of(b)) != 2:
+        raise RuntimeError("mm: both arguments must be 2-D matrices")
+    return matmul(a, b)

@@ -1,0 +1,178 @@
+"""The one registry of primitives.
+
+Every primitive is a single ``Primitive`` row holding all of its rules:
+
+* ``impl(xp, *arrays, **attrs)``: the computation on concrete arrays, written
+  against the array module ``xp`` it is handed (``numpy`` or ``cupy``).
+* ``shape(*avals, **attrs)``: output ``Aval`` (shape, dtype) from the input
+  avals, without computing.  Python scalars appear as themselves.
+* ``vjp``: the reverse-mode rule.  Either a tuple with one entry per input,
+  ``rule(g, out, *inputs, **attrs) -> cotangent`` (``None`` for an input that
+  has no gradient), or one callable returning a tuple of cotangents.  Rules
+  are written with tracegrad's own ops, so the same rule runs eagerly on
+  Tensors, under ``create_graph=True``, and symbolically on tracers.  A rule
+  may return its cotangent in the broadcast output shape: ``unbroadcast``
+  reduces it back to the input's shape in one place, not in every rule.
+* ``jvp``: the forward-mode rule, a tuple with one entry per input,
+  ``rule(t, out, *inputs, **attrs) -> tangent contribution``, summed over the
+  inputs that have a tangent, or one callable ``rule(tangents, out, *inputs,
+  **attrs)`` taking the tuple of tangents (``None`` where zero).
+* ``numpy``: the NumPy emitter, a format string over the operand names
+  (``{0}``, ``{1}``...) and attributes (``{axis}``, formatted with ``repr``),
+  or a callable ``(names, **attrs) -> expression``.
+* ``cuda``: the CUDA elementwise expression (same format), for fusible ops.
+
+Values flowing through ``bind`` are eager ``Tensor``s, tracing ``Tracer``s,
+NumPy/CuPy arrays and Python scalars.  ``bind`` hands the call to the
+interpreter that owns the values: the trace when any operand is a tracer,
+otherwise the eager engine.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import numpy as np
+
+
+class Aval(NamedTuple):
+    """Abstract value: what the shape rules see and produce."""
+    shape: tuple
+    dtype: np.dtype
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+class Primitive:
+    __slots__ = ("name", "impl", "shape", "vjp", "jvp", "numpy", "cuda",
+                 "nondiff", "n_out", "save_inputs", "save_out", "view",
+                 "ufunc", "helpers", "elementwise", "backward_name", "doc")
+
+    def __init__(self, name, impl, shape=None, vjp=None, jvp=None, numpy=None,
+                 cuda=None, nondiff=False, n_out=1, save_inputs=True,
+                 save_out=False, view=False, ufunc=None, helpers=(),
+                 elementwise=False, doc=None):
+        self.name = name
+        self.impl = impl
+        self.shape = shape
+        self.vjp = vjp
+        self.jvp = jvp
+        self.numpy = numpy
+        self.cuda = cuda
+        # nondiff: outputs never carry a gradient (comparisons, argmax).
+        self.nondiff = nondiff
+        # n_out: 1 for a single array, k for a tuple of k, or a callable
+        # (**attrs) -> k for ops like split.
+        self.n_out = n_out
+        # What the vjp rule reads, so the tape keeps only that alive and the
+        # in-place check only fires for values the backward really needs.
+        self.save_inputs = save_inputs
+        self.save_out = save_out
+        # view: the eager output shares memory (and version counter) with
+        # operand 0.
+        self.view = view
+        # ufunc: NumPy ufunc name when the op is one, so codegen may write
+        # into a reused buffer with out=.
+        self.ufunc = ufunc
+        # helpers: names of functions in tracegrad.runtime_numpy that the
+        # numpy emitter calls; codegen copies their source into the module.
+        self.helpers = tuple(helpers)
+        self.elementwise = elementwise
+        self.backward_name = "".join(p.capitalize() for p in name.split("_")) + "Backward0"
+        self.doc = doc
+
+    def num_outputs(self, attrs):
+        n = self.n_out
+        return n(**attrs) if callable(n) else n
+
+    def __repr__(self):
+        return f"<primitive {self.name}>"
+
+    def bind(self, *args, **attrs):
+        return bind(self, *args, **attrs)
+
+
+REGISTRY: dict[str, Primitive] = {}
+
+
+def register(name, impl, **rules) -> Primitive:
+    """Add a row to the registry and return it."""
+    if name in REGISTRY:
+        raise ValueError(f"primitive {name!r} is registered twice")
+    p = Primitive(name, impl, **rules)
+    REGISTRY[name] = p
+    return p
+
+
+def get(name) -> Primitive:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise NotImplementedError(
+            f"tracegrad has no primitive named {name!r}; known primitives: "
+            f"{', '.join(sorted(REGISTRY))}") from None
+
+
+# --- dispatch ---------------------------------------------------------------
+# The trace module installs its binder here on import; values that are
+# tracers carry ``_trace``.  Keeping the test to an attribute lookup keeps the
+# eager path cheap.
+_eager_bind: Callable = None  # set by tracegrad.tensor
+_trace_bind: Callable = None  # set by tracegrad.trace
+
+
+def bind(prim: Primitive, *args, **attrs):
+    for a in args:
+        if hasattr(a, "_trace"):
+            return _trace_bind(prim, args, attrs)
+    return _eager_bind(prim, args, attrs)
+
+
+# --- helpers every rule table shares ---------------------------------------
+
+def array_module(*arrays):
+    """numpy, or cupy when any operand lives on the GPU."""
+    for a in arrays:
+        mod = type(a).__module__
+        if mod.startswith("cupy"):
+            import cupy
+            return cupy
+    return np
+
+
+def aval_of(x) -> Aval:
+    if isinstance(x, Aval):
+        return x
+    shape = getattr(x, "shape", None)
+    if shape is not None and hasattr(x, "dtype"):
+        return Aval(tuple(shape), np.dtype(x.dtype))
+    return Aval((), np.result_type(x))
+
+
+def broadcast_shapes(*shapes):
+    return tuple(np.broadcast_shapes(*shapes))
+
+
+def result_dtype(*operands):
+    """NumPy's promotion, with Python scalars weak (NEP 50)."""
+    conv = []
+    for o in operands:
+        if isinstance(o, Aval):
+            conv.append(o.dtype)
+        elif isinstance(o, (bool, int, float, complex)):
+            conv.append(o)
+        else:
+            conv.append(np.dtype(o.dtype))
+    return np.result_type(*conv)
+
+
+def is_float(dtype) -> bool:
+    return np.issubdtype(dtype, np.inexact)

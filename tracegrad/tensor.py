@@ -1,0 +1,835 @@
+"""The eager interpreter: ``Tensor`` and the tape it records.
+
+Every op on Tensors goes through ``eager_bind``: it computes the primitive's
+``impl`` on the arrays at once and, when grad mode is on and an operand
+requires grad, records a ``PrimNode`` whose backward applies the
+primitive's vjp rule from the registry.
+"""
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from tracegrad import primitives
+from tracegrad.autograd import graph as _graph
+from tracegrad.autograd.grad_mode import state as _mode
+from tracegrad.autograd.graph import AccumulateGrad, FREED_MSG, Node
+from tracegrad.ops._define import ArrayMethods
+from tracegrad.primitives import Aval
+
+_ndarray = np.ndarray
+
+
+class device:
+    """``tg.device("cpu")`` / ``tg.device("cuda")``, compared by type and index."""
+    __slots__ = ("type", "index")
+
+    def __init__(self, type="cpu", index=None):
+        if isinstance(type, device):
+            type, index = type.type, type.index
+        if ":" in type:
+            type, idx = type.split(":", 1)
+            index = int(idx)
+        if type not in ("cpu", "cuda"):
+            raise ValueError(f"unknown device {type!r}: tracegrad knows 'cpu' and 'cuda'")
+        self.type = type
+        self.index = index
+
+    def __eq__(self, other):
+        if isinstance(other, str):
+            other = device(other)
+        return isinstance(other, device) and self.type == other.type and (
+            self.index == other.index or self.index is None or other.index is None)
+
+    def __hash__(self):
+        return hash(self.type)
+
+    def __repr__(self):
+        return f"device(type='{self.type}'" + (f", index={self.index})" if self.index is not None else ")")
+
+    def __str__(self):
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+
+_CPU = device("cpu")
+
+
+class Tensor(ArrayMethods):
+    """An array with torch.autograd semantics, on NumPy (or CuPy) data."""
+    __slots__ = ("_data", "_requires_grad", "_grad", "grad_fn", "_output_nr",
+                 "_vbox", "_retains_grad", "_accum", "_base", "name", "__weakref__")
+
+    def __init__(self, data, requires_grad=False, grad_fn=None, _output_nr=0, _vbox=None):
+        self._data = data
+        self._requires_grad = requires_grad
+        self._grad = None
+        self.grad_fn = grad_fn
+        self._output_nr = _output_nr
+        self._vbox = _vbox if _vbox is not None else [0]
+        self._retains_grad = False
+        self._accum = None
+        self._base = None
+
+    # --- attributes -----------------------------------------------------------
+    @property
+    def data(self):
+        """A detached Tensor sharing this tensor's memory (as in torch)."""
+        return Tensor(self._data)
+
+    @data.setter
+    def data(self, value):
+        self._data = value._data if isinstance(value, Tensor) else value
+
+    @property
+    def requires_grad(self):
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, flag):
+        self.requires_grad_(flag)
+
+    def requires_grad_(self, requires_grad=True):
+        if self.grad_fn is not None and not requires_grad:
+            raise RuntimeError(
+                "you can only change requires_grad flags of leaf variables. If you want to "
+                "use a computed variable in a subgraph that doesn't require differentiation "
+                "use var_no_grad = var.detach().")
+        if requires_grad and not np.issubdtype(self._data.dtype, np.inexact):
+            raise RuntimeError("only Tensors of floating point dtype can require gradients")
+        self._requires_grad = bool(requires_grad)
+        return self
+
+    @property
+    def grad(self):
+        if self.grad_fn is not None and not self._retains_grad and self._grad is None:
+            import warnings
+            warnings.warn(
+                "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. "
+                "Its .grad attribute won't be populated during autograd.backward(). If you "
+                "indeed want the .grad field to be populated for a non-leaf Tensor, use "
+                ".retain_grad() on the non-leaf Tensor.", UserWarning, stacklevel=2)
+        return self._grad
+
+    @grad.setter
+    def grad(self, value):
+        if value is not None:
+            if not isinstance(value, Tensor):
+                value = Tensor(np.asarray(value))
+            if tuple(value.shape) != tuple(self.shape):
+                raise RuntimeError(
+                    f"assigned grad has data of a different size: expected {tuple(self.shape)}, "
+                    f"got {tuple(value.shape)}")
+        self._grad = value
+
+    @property
+    def is_leaf(self):
+        return self.grad_fn is None
+
+    @property
+    def shape(self):
+        return self._data.shape
+
+    @property
+    def dtype(self):
+        return self._data.dtype
+
+    @property
+    def device(self):
+        return _CPU if type(self._data) is _ndarray else _device_of(self._data)
+
+    @property
+    def is_cuda(self):
+        return self.device.type == "cuda"
+
+    @property
+    def _version(self):
+        return self._vbox[0]
+
+    @property
+    def output_nr(self):
+        return self._output_nr
+
+    @property
+    def retains_grad(self):
+        return self._retains_grad
+
+    @property
+    def itemsize(self):
+        return self._data.itemsize
+
+    @property
+    def nbytes(self):
+        return self._data.nbytes
+
+    def element_size(self):
+        return self._data.itemsize
+
+    def __repr__(self):
+        body = np.array2string(np.asarray(_to_host(self._data)), separator=", ", prefix="tensor(")
+        extra = ""
+        if self.dtype != np.float64 and self.dtype != np.int64 and self.dtype != np.bool_:
+            extra += f", dtype={self.dtype}"
+        if self.device.type != "cpu":
+            extra += f", device='{self.device}'"
+        if self.grad_fn is not None:
+            extra += f", grad_fn=<{self.grad_fn.name()}>"
+        elif self._requires_grad:
+            extra += ", requires_grad=True"
+        return f"tensor({body}{extra})"
+
+    # --- conversion -----------------------------------------------------------
+    def numpy(self, force=False):
+        if self._requires_grad and not force:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. "
+                               "Use tensor.detach().numpy() instead.")
+        return _to_host(self._data)
+
+    def __array__(self, dtype=None, copy=None):
+        a = _to_host(self._data)
+        return a if dtype is None else a.astype(dtype)
+
+    def item(self):
+        if self._data.size != 1:
+            raise RuntimeError(f"a Tensor with {self._data.size} elements cannot be converted to Scalar")
+        return self._data.item()
+
+    def tolist(self):
+        return self._data.tolist()
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __index__(self):
+        if np.issubdtype(self.dtype, np.integer):
+            return int(self.item())
+        raise TypeError("only integer tensors of a single element can be converted to an index")
+
+    def __bool__(self):
+        if self._data.size != 1:
+            raise RuntimeError(f"Boolean value of Tensor with more than one value is ambiguous")
+        return bool(self._data.item())
+
+    def __iter__(self):
+        if not self.shape:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.shape[0]))
+
+    def __reduce__(self):
+        return (_rebuild, (_to_host(self._data), self._requires_grad))
+
+    def __deepcopy__(self, memo):
+        if not self.is_leaf:
+            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) "
+                               "support the deepcopy protocol at the moment")
+        t = Tensor(self._data.copy(), self._requires_grad)
+        if self._grad is not None:
+            t._grad = Tensor(self._grad._data.copy())
+        memo[id(self)] = t
+        return t
+
+    def __setstate__(self, state):
+        pass
+
+    # --- autograd -------------------------------------------------------------
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        """Compute the gradient of this tensor w.r.t. graph leaves (see torch.Tensor.backward)."""
+        from tracegrad.autograd import backward
+        backward(self, gradient, retain_graph, create_graph, inputs=inputs)
+
+    def detach(self):
+        t = Tensor(self._data, False, None, 0, self._vbox)
+        return t
+
+    def detach_(self):
+        if self._base is not None:
+            raise RuntimeError("Can't detach views in-place. Use detach() instead.")
+        self.grad_fn = None
+        self._requires_grad = False
+        return self
+
+    def retain_grad(self):
+        if self.grad_fn is None:
+            if not self._requires_grad:
+                raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+            return  # leaves retain their grad anyway
+        if self._retains_grad:
+            return
+        self._retains_grad = True
+        retained = self.grad_fn.metadata.setdefault("_retain_grad", {})
+        retained[self._output_nr] = weakref.ref(self)
+
+    def register_hook(self, hook):
+        """hook(grad) -> Tensor or None, called with the gradient of this tensor."""
+        if not self._requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        if self.grad_fn is not None:
+            return self.grad_fn._add_tensor_hook(self._output_nr, hook)
+        return self._accumulate_node()._add_tensor_hook(0, hook)
+
+    def register_post_accumulate_grad_hook(self, hook):
+        if self.grad_fn is not None:
+            raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors")
+        node = self._accumulate_node()
+        hooks = node.metadata.setdefault("_post_accumulate", _graph.HookDict())
+        h = _graph.RemovableHandle(hooks)
+        hooks[h.id] = hook
+        return h
+
+    def _accumulate_node(self):
+        acc = self._accum
+        if acc is None:
+            acc = self._accum = AccumulateGrad(self)
+        return acc
+
+    def _edge(self):
+        """(node, output index) that gradients for this tensor flow into."""
+        if self.grad_fn is not None:
+            return (self.grad_fn, self._output_nr)
+        if self._requires_grad:
+            acc = self._accum
+            if acc is None:
+                acc = self._accum = AccumulateGrad(self)
+            return (acc, 0)
+        return None
+
+    # --- copies and devices ---------------------------------------------------
+    def clone(self, memory_format=None):
+        from tracegrad import ops
+        return ops.clone(self)
+
+    def contiguous(self, memory_format=None):
+        return self
+
+    def is_contiguous(self, memory_format=None):
+        return bool(self._data.flags.c_contiguous)
+
+    def to(self, *args, **kwargs):
+        """.to(dtype), .to(device), .to(device, dtype), .to(other)."""
+        dev = kwargs.pop("device", None)
+        dtype = kwargs.pop("dtype", None)
+        kwargs.pop("non_blocking", None)
+        kwargs.pop("copy", None)
+        for a in args:
+            if isinstance(a, Tensor):
+                dev, dtype = a.device, a.dtype
+            elif isinstance(a, (str, device)) and str(a).split(":")[0] in ("cpu", "cuda"):
+                dev = a
+            elif a is not None:
+                dtype = a
+        out = self
+        if dtype is not None and np.dtype(dtype) != self.dtype:
+            from tracegrad import ops
+            out = ops.astype(out, np.dtype(dtype))
+        if dev is not None and device(dev) != out.device:
+            from tracegrad import ops
+            out = ops.to_device(out, device(dev).type)
+        return out
+
+    def cpu(self):
+        return self.to("cpu")
+
+    def cuda(self, device=None):
+        return self.to("cuda")
+
+    def type(self, dtype=None):
+        if dtype is None:
+            return f"tracegrad.{self.dtype}"
+        return self.to(dtype)
+
+    def float(self):
+        return self.to(np.float32)
+
+    def double(self):
+        return self.to(np.float64)
+
+    def half(self):
+        return self.to(np.float16)
+
+    def long(self):
+        return self.to(np.int64)
+
+    def int(self):
+        return self.to(np.int32)
+
+    def bool(self):
+        return self.to(np.bool_)
+
+    def astype(self, dtype):
+        return self.to(dtype)
+
+    # --- in-place ops ---------------------------------------------------------
+    def _inplace(self, fn, *args, **kwargs):
+        """Run ``fn(self, *args)`` out of place and write the result into self.
+
+        Bumps the version counter shared with views, so backward through a
+        saved copy of the old value is caught; on a leaf that requires grad
+        it is an error while grad mode is on, as in torch."""
+        if _mode.grad_enabled:
+            if self._requires_grad and self.grad_fn is None:
+                raise RuntimeError(
+                    "a leaf Variable that requires grad is being used in an in-place operation.")
+            track = self._requires_grad or any(
+                isinstance(a, Tensor) and a._requires_grad for a in args)
+        else:
+            track = False
+        if track:
+            old = Tensor(self._data.copy(), self._requires_grad, self.grad_fn, self._output_nr)
+            res = fn(old, *args, **kwargs)
+        else:
+            res = fn(Tensor(self._data), *args, **kwargs)
+        data = res._data
+        if data.shape != self._data.shape:
+            raise RuntimeError(f"output with shape {list(self._data.shape)} doesn't match the "
+                               f"broadcast shape {list(data.shape)}")
+        self._data[...] = data
+        self._vbox[0] += 1
+        if track:
+            self.grad_fn = res.grad_fn
+            self._output_nr = res._output_nr
+            self._requires_grad = res._requires_grad
+        return self
+
+    def add_(self, other, alpha=1):
+        from tracegrad import ops
+        return self._inplace(lambda a, b: ops.add(a, b if alpha == 1 else ops.mul(b, alpha)), other)
+
+    def sub_(self, other, alpha=1):
+        from tracegrad import ops
+        return self._inplace(lambda a, b: ops.sub(a, b if alpha == 1 else ops.mul(b, alpha)), other)
+
+    def mul_(self, other):
+        from tracegrad import ops
+        return self._inplace(ops.mul, other)
+
+    def div_(self, other):
+        from tracegrad import ops
+        return self._inplace(ops.div, other)
+
+    def pow_(self, other):
+        from tracegrad import ops
+        return self._inplace(ops.pow, other)
+
+    def neg_(self):
+        from tracegrad import ops
+        return self._inplace(ops.neg)
+
+    def exp_(self):
+        from tracegrad import ops
+        return self._inplace(ops.exp)
+
+    def clamp_(self, min=None, max=None):
+        from tracegrad import ops
+        return self._inplace(lambda a: ops.clip(a, min, max))
+
+    clip_ = clamp_
+
+    def zero_(self):
+        from tracegrad import ops
+        return self._inplace(lambda a: ops.mul(a, 0.0) if a._requires_grad else
+                             Tensor(np.zeros_like(a._data)))
+
+    def fill_(self, value):
+        from tracegrad import ops
+        if isinstance(value, Tensor):
+            return self._inplace(lambda a, v: ops.add(ops.mul(a, 0.0), v), value)
+        return self._inplace(lambda a: ops.add(ops.mul(a, 0.0), value) if a._requires_grad
+                             else Tensor(np.full_like(a._data, value)))
+
+    def copy_(self, src, non_blocking=False):
+        from tracegrad import ops
+        return self._inplace(lambda a, s: ops.add(ops.mul(a, 0.0), ops.astype(s, a.dtype)), src)
+
+    def __setitem__(self, idx, value):
+        from tracegrad import ops
+        self._inplace(lambda a, v: ops.setitem(a, idx, v), value)
+
+    def __iadd__(self, o):
+        return self.add_(o)
+
+    def __isub__(self, o):
+        return self.sub_(o)
+
+    def __imul__(self, o):
+        return self.mul_(o)
+
+    def __itruediv__(self, o):
+        return self.div_(o)
+
+
+def _rebuild(data, requires_grad):
+    return Tensor(data, requires_grad)
+
+
+def _to_host(a):
+    if type(a) is _ndarray:
+        return a
+    get = getattr(a, "get", None)
+    return get() if get is not None else np.asarray(a)
+
+
+def _device_of(a):
+    return device("cuda") if type(a).__module__.startswith("cupy") else _CPU
+
+
+# --- the eager interpreter -----------------------------------------------------
+
+class PrimNode(Node):
+    """Backward node of one primitive application."""
+    __slots__ = ("prim", "attrs", "saved", "out_saved", "in_meta", "n_out", "freed")
+
+    def __init__(self, prim, attrs, args, out_data, next_functions):
+        super().__init__(next_functions)
+        self.prim = prim
+        self.attrs = attrs
+        self.freed = False
+        hooks = _graph._saved_hooks.stack
+        if prim.save_inputs:
+            if hooks:
+                pack = hooks[-1][0]
+                self.saved = [(_Packed(pack(a), hooks[-1][1]), None) if isinstance(a, Tensor)
+                              else (a, None) for a in args]
+            else:
+                self.saved = [(a, a._vbox[0]) if isinstance(a, Tensor) else (a, None) for a in args]
+        else:
+            self.saved = None
+        # shapes and dtypes are always kept (unbroadcasting needs them)
+        self.in_meta = [Aval(a.shape, a.dtype) if isinstance(a, (Tensor, _ndarray)) else a
+                        for a in args]
+        self.out_saved = out_data if prim.save_out else None
+
+    def name(self):
+        return self.prim.backward_name
+
+    def num_outputs(self):
+        return self.prim.num_outputs(self.attrs)
+
+    def release(self):
+        self.saved = None
+        self.out_saved = None
+        self.freed = True
+
+    def _inputs(self):
+        if self.freed:
+            raise RuntimeError(FREED_MSG)
+        saved = self.saved
+        if saved is None:
+            return self.in_meta
+        out = []
+        for a, v in saved:
+            if v is not None and a._vbox[0] != v:
+                raise RuntimeError(
+                    f"one of the variables needed for gradient computation has been modified by "
+                    f"an inplace operation: [tensor of shape {list(a.shape)} and dtype {a.dtype}], "
+                    f"which is an input of {self.name()}, is at version {a._vbox[0]}; expected "
+                    f"version {v} instead. Hint: the backward of {self.prim.name} reads this "
+                    f"value; compute it out of place (e.g. x = x + y instead of x += y) or "
+                    f"clone() it before modifying it.")
+            out.append(a.unpack() if type(a) is _Packed else a)
+        return out
+
+    def _out(self, create_graph):
+        if self.freed:
+            raise RuntimeError(FREED_MSG)
+        o = self.out_saved
+        if o is None:
+            return None
+        if isinstance(o, tuple):
+            return tuple(Tensor(x, create_graph, self if create_graph else None, i)
+                         for i, x in enumerate(o))
+        return Tensor(o, create_graph, self if create_graph else None, 0)
+
+    def apply(self, grad_outputs, create_graph):
+        prim = self.prim
+        inputs = self._inputs()
+        out = self._out(create_graph)
+        g = grad_outputs[0] if len(grad_outputs) == 1 and prim.n_out == 1 else tuple(grad_outputs)
+        return vjp_apply(prim, self.attrs, g, out, inputs, self.in_meta,
+                         [nf is not None for nf in self.next_functions])
+
+
+class _Packed:
+    """A saved tensor packed by a saved_tensors_hooks pack hook."""
+    __slots__ = ("packed", "unpack_hook")
+
+    def __init__(self, packed, unpack_hook):
+        self.packed = packed
+        self.unpack_hook = unpack_hook
+
+    def unpack(self):
+        return self.unpack_hook(self.packed)
+
+
+def vjp_apply(prim, attrs, g, out, inputs, in_meta, needs):
+    """Run ``prim``'s vjp rule for the inputs in ``needs``; reduce each
+    cotangent to its input's shape and dtype.  Shared by the eager tape and
+    the adjoint pass on graphs."""
+    rule = prim.vjp
+    if rule is None:
+        raise NotImplementedError(
+            f"the primitive {prim.name!r} has no vjp rule, so it cannot be differentiated "
+            f"in reverse mode; wrap the computation in tg.autograd.Function with a "
+            f"hand-written backward, or detach() its input")
+    from tracegrad.ops.base import unbroadcast
+    if type(rule) is tuple:
+        cts = []
+        for i, need in enumerate(needs):
+            r = rule[i] if i < len(rule) else None
+            cts.append(r(g, out, *inputs, **attrs) if need and r is not None else None)
+    else:
+        cts = list(rule(g, out, *inputs, **attrs))
+        for i, need in enumerate(needs):
+            if not need:
+                cts[i] = None
+    for i, ct in enumerate(cts):
+        if ct is not None:
+            meta = in_meta[i]
+            cts[i] = unbroadcast(ct, tuple(meta.shape), meta.dtype)
+    return cts
+
+
+def eager_bind(prim, args, attrs):
+    arrays = []
+    needs_grad = False
+    xp = np
+    for a in args:
+        if isinstance(a, Tensor):
+            d = a._data
+            if a._requires_grad:
+                needs_grad = True
+            if type(d) is not _ndarray:
+                xp = primitives.array_module(d)
+            arrays.append(d)
+        elif type(a) is list or type(a) is tuple:
+            raise TypeError(f"{prim.name}: operands must be arrays or scalars, got a {type(a).__name__}")
+        else:
+            arrays.append(a)
+    try:
+        out = prim.impl(xp, *arrays, **attrs)
+    except Exception as e:
+        if _mode.anomaly:
+            raise
+        raise type(e)(f"{e} (in tracegrad op '{prim.name}')") if type(e) in (ValueError, TypeError) else e
+    n_out = prim.n_out
+    track = needs_grad and _mode.grad_enabled and not prim.nondiff
+    if n_out == 1:
+        if type(out) is not _ndarray:
+            out = xp.asarray(out)
+        if not track:
+            t = Tensor(out)
+            if prim.view and isinstance(args[0], Tensor):
+                t._vbox = args[0]._vbox
+            return t
+        node = PrimNode(prim, attrs, args, out, tuple(
+            a._edge() if isinstance(a, Tensor) else None for a in args))
+        t = Tensor(out, True, node, 0)
+        if prim.view and isinstance(args[0], Tensor):
+            t._vbox = args[0]._vbox
+        return t
+    outs = tuple(o if type(o) is _ndarray else xp.asarray(o) for o in out)
+    if not track:
+        return tuple(Tensor(o) for o in outs)
+    node = PrimNode(prim, attrs, args, outs, tuple(
+        a._edge() if isinstance(a, Tensor) else None for a in args))
+    node.output_meta = [(o.shape, o.dtype) for o in outs]
+    return tuple(Tensor(o, np.issubdtype(o.dtype, np.inexact), node, i) for i, o in enumerate(outs))
+
+
+primitives._eager_bind = eager_bind
+
+
+# --- constructors ---------------------------------------------------------------
+
+def _resolve_dtype(dtype):
+    if dtype is None:
+        return None
+    if isinstance(dtype, str) and dtype in ("float", "double", "half", "long", "int", "bool"):
+        dtype = {"float": "float32", "double": "float64", "half": "float16",
+                 "long": "int64", "int": "int32", "bool": "bool"}[dtype]
+    return np.dtype(dtype)
+
+
+def _xp_for(dev):
+    if dev is None:
+        return np
+    if device(dev).type == "cuda":
+        try:
+            import cupy
+        except ImportError:
+            raise RuntimeError("device='cuda' needs CuPy: pip install 'tracegrad[cuda]' on a machine "
+                               "with an NVIDIA GPU") from None
+        return cupy
+    return np
+
+
+def _make(data, requires_grad):
+    t = Tensor(data)
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False):
+    """A new leaf tensor holding a copy of ``data`` (dtype follows NumPy)."""
+    xp = _xp_for(device)
+    if isinstance(data, Tensor):
+        data = data._data
+    dt = _resolve_dtype(dtype)
+    if isinstance(data, (list, tuple)) and any(isinstance(d, Tensor) for d in data):
+        data = [d._data if isinstance(d, Tensor) else d for d in data]
+    arr = xp.array(data, dtype=dt, copy=True)
+    return _make(arr, requires_grad)
+
+
+def as_tensor(data, dtype=None, device=None):
+    if isinstance(data, Tensor) and dtype is None:
+        return data
+    xp = _xp_for(device)
+    return Tensor(xp.asarray(data._data if isinstance(data, Tensor) else data,
+                             dtype=_resolve_dtype(dtype)))
+
+
+def from_numpy(a):
+    return Tensor(a)
+
+
+def _shape_args(size):
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        return tuple(size[0])
+    return tuple(size)
+
+
+def _filled(fill, size, dtype, device, requires_grad):
+    xp = _xp_for(device)
+    dt = _resolve_dtype(dtype) or np.dtype(np.float64)
+    return _make(fill(xp, _shape_args(size), dt), requires_grad)
+
+
+def zeros(*size, dtype=None, device=None, requires_grad=False, out=None):
+    return _filled(lambda xp, s, d: xp.zeros(s, d), size, dtype, device, requires_grad)
+
+
+def ones(*size, dtype=None, device=None, requires_grad=False, out=None):
+    return _filled(lambda xp, s, d: xp.ones(s, d), size, dtype, device, requires_grad)
+
+
+def empty(*size, dtype=None, device=None, requires_grad=False, out=None):
+    return _filled(lambda xp, s, d: xp.empty(s, d), size, dtype, device, requires_grad)
+
+
+def full(size, fill_value, dtype=None, device=None, requires_grad=False):
+    xp = _xp_for(device)
+    dt = _resolve_dtype(dtype) or np.result_type(fill_value)
+    return _make(xp.full(tuple(size) if not isinstance(size, int) else (size,), fill_value, dt),
+                 requires_grad)
+
+
+def eye(n, m=None, dtype=None, device=None, requires_grad=False):
+    xp = _xp_for(device)
+    return _make(xp.eye(n, m, dtype=_resolve_dtype(dtype) or np.float64), requires_grad)
+
+
+def _like(fill, t, dtype, device, requires_grad):
+    a = t._data if isinstance(t, Tensor) else np.asarray(t)
+    dt = _resolve_dtype(dtype) or a.dtype
+    xp = primitives.array_module(a) if device is None else _xp_for(device)
+    return _make(fill(xp, a.shape, dt), requires_grad)
+
+
+def zeros_like(t, dtype=None, device=None, requires_grad=False, memory_format=None):
+    return _like(lambda xp, s, d: xp.zeros(s, d), t, dtype, device, requires_grad)
+
+
+def ones_like(t, dtype=None, device=None, requires_grad=False, memory_format=None):
+    return _like(lambda xp, s, d: xp.ones(s, d), t, dtype, device, requires_grad)
+
+
+def empty_like(t, dtype=None, device=None, requires_grad=False, memory_format=None):
+    return _like(lambda xp, s, d: xp.empty(s, d), t, dtype, device, requires_grad)
+
+
+def full_like(t, fill_value, dtype=None, device=None, requires_grad=False, memory_format=None):
+    return _like(lambda xp, s, d: xp.full(s, fill_value, d), t, dtype, device, requires_grad)
+
+
+def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False):
+    xp = _xp_for(device)
+    if end is None:
+        start, end = 0, start
+    dt = _resolve_dtype(dtype)
+    if dt is None:
+        dt = np.dtype(np.int64) if all(isinstance(v, int) for v in (start, end, step)) else np.dtype(np.float64)
+    return _make(xp.arange(start, end, step, dtype=dt), requires_grad)
+
+
+def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
+    xp = _xp_for(device)
+    return _make(xp.linspace(start, end, steps, dtype=_resolve_dtype(dtype) or np.float64),
+                 requires_grad)
+
+
+class _RNG:
+    gen = np.random.default_rng()
+
+
+def manual_seed(seed):
+    """Seed the generator behind rand/randn/randint/randperm/normal."""
+    _RNG.gen = np.random.default_rng(seed)
+    return _RNG.gen
+
+
+def seed():
+    s = int(np.random.SeedSequence().entropy % (2 ** 63))
+    manual_seed(s)
+    return s
+
+
+def _random(draw, size, dtype, device, requires_grad):
+    dt = _resolve_dtype(dtype) or np.dtype(np.float64)
+    arr = draw(_shape_args(size)).astype(dt, copy=False)
+    if device is not None and device_type(device) == "cuda":
+        arr = _xp_for(device).asarray(arr)
+    return _make(arr, requires_grad)
+
+
+def device_type(dev):
+    return device(dev).type
+
+
+def rand(*size, dtype=None, device=None, requires_grad=False, generator=None):
+    return _random(lambda s: _RNG.gen.random(s), size, dtype, device, requires_grad)
+
+
+def randn(*size, dtype=None, device=None, requires_grad=False, generator=None):
+    return _random(lambda s: _RNG.gen.standard_normal(s), size, dtype, device, requires_grad)
+
+
+def rand_like(t, dtype=None, device=None, requires_grad=False):
+    return rand(*t.shape, dtype=dtype or t.dtype, device=device, requires_grad=requires_grad)
+
+
+def randn_like(t, dtype=None, device=None, requires_grad=False):
+    return randn(*t.shape, dtype=dtype or t.dtype, device=device, requires_grad=requires_grad)
+
+
+def randint(low, high=None, size=(), dtype=None, device=None, requires_grad=False):
+    if high is None:
+        low, high = 0, low
+    arr = _RNG.gen.integers(low, high, size=tuple(size)).astype(_resolve_dtype(dtype) or np.int64)
+    return _make(arr, requires_grad)
+
+
+def randperm(n, dtype=None, device=None, requires_grad=False):
+    return _make(_RNG.gen.permutation(n).astype(_resolve_dtype(dtype) or np.int64), requires_grad)
+
+
+def normal(mean=0.0, std=1.0, size=(), dtype=None, device=None, requires_grad=False):
+    arr = _RNG.gen.normal(mean, std, size=tuple(size)).astype(_resolve_dtype(dtype) or np.float64)
+    return _make(arr, requires_grad)
+
+
+def is_tensor(x):
+    return isinstance(x, Tensor)
