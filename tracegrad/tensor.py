@@ -14,6 +14,7 @@ import numpy as np
 from tracegrad import primitives
 from tracegrad.autograd import graph as _graph
 from tracegrad.autograd.grad_mode import state as _mode
+from tracegrad.autograd.profiler_state import _state as _prof_state
 from tracegrad.autograd.graph import AccumulateGrad, FREED_MSG, Node
 from tracegrad.ops._define import ArrayMethods
 from tracegrad.primitives import Aval
@@ -607,12 +608,15 @@ def eager_bind(prim, args, attrs):
             raise TypeError(f"{prim.name}: operands must be arrays or scalars, got a {type(a).__name__}")
         else:
             arrays.append(a)
+    prof = _prof_state.current
+    if prof is not None:
+        ev = prof._begin(prim.name, "op", arrays)
     try:
         out = prim.impl(xp, *arrays, **attrs)
-    except Exception as e:
-        if _mode.anomaly:
-            raise
-        raise type(e)(f"{e} (in tracegrad op '{prim.name}')") if type(e) in (ValueError, TypeError) else e
+    except (ValueError, TypeError) as e:
+        raise type(e)(f"{e} (in tracegrad op '{prim.name}')") from e
+    if prof is not None:
+        prof._end(ev)
     n_out = prim.n_out
     track = needs_grad and _mode.grad_enabled and not prim.nondiff
     if n_out == 1:

@@ -383,5 +383,5 @@ def _report_anomaly(node, exc):
 
 
 def _active_profiler():
-    from tracegrad.autograd import profiler_state
-    return profiler_state.current
+    from tracegrad.autograd.profiler_state import _state
+    return _state.current

@@ -12,7 +12,7 @@ class _State(threading.local):
 _state = _State()
 
 
-def __getattr__(name):
-    if name == "current":
-        return _state.current
-    raise AttributeError(name)
+# A profiler sets ``_state.current`` to itself while enabled and provides
+# ``_begin(name, kind, arrays=None) -> event`` and ``_end(event)``; the eager
+# interpreter calls them around each op ("op"), the engine around each
+# backward node ("backward"), and compiled calls around each call ("compiled").
