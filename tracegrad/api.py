@@ -1,0 +1,445 @@
+"""The public compile-mode API: tg.compile, grad, value_and_grad, vjp, jvp,
+jacobian/jacrev, jacfwd, hessian, and ``.lower``.
+
+A call flattens its arguments, looks its signature up in an in-process
+table (a hit runs the generated function at once), and otherwise traces the
+function, computes the cache key, and takes the generated module from the
+memory or disk cache, or builds it: graph -> transform -> passes -> codegen.
+Only a build imports networkx and Jinja2.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import weakref
+
+import numpy as np
+
+from tracegrad import cache
+from tracegrad._version import __version__
+from tracegrad.primitives import Aval
+from tracegrad.trace import (TraceError, trace_function, tree_flatten, tree_unflatten,
+                             leaf_paths)
+
+_ALL = weakref.WeakSet()
+
+KINDS = ("forward", "grad", "value_and_grad", "jvp", "vjp", "jacrev", "jacfwd", "hessian")
+
+
+def _clear_fast_paths():
+    for c in list(_ALL):
+        c._fast.clear()
+
+
+def _norm_argnums(argnums):
+    if isinstance(argnums, int):
+        return (argnums,), True
+    return tuple(argnums), False
+
+
+def _leaf_array(x, where):
+    """The array behind one argument leaf, and whether it was a Tensor."""
+    t = type(x)
+    if t is np.ndarray:
+        return x, False
+    if hasattr(x, "grad_fn") and hasattr(x, "_data"):
+        return x._data, True
+    if isinstance(x, (bool, int, float)) or isinstance(x, np.generic):
+        return np.asarray(x), False
+    if t.__module__.startswith("cupy"):
+        return x, False
+    if hasattr(x, "__array__") and not isinstance(x, (str, bytes)):
+        return np.asarray(x), False
+    raise TypeError(f"{where}: tracegrad compiles functions of arrays and numbers (and tuples, "
+                    f"lists and dicts of them); got a {t.__name__}. Pass non-array arguments "
+                    f"as static (static_argnums=/static_argnames=).")
+
+
+class Lowered:
+    """What ``.lower(*args)`` returns: the graph and the generated source."""
+
+    def __init__(self, graph, source, key, parts, backend, cuda_source=None):
+        self.graph = graph
+        self.source = source
+        self.key = key
+        self.key_parts = parts
+        self.backend = backend
+        self._cuda_source = cuda_source
+
+    @property
+    def cuda_source(self):
+        if self._cuda_source is None:
+            from tracegrad import codegen_cuda
+            self._cuda_source = codegen_cuda.translation_unit(self.graph)
+        return self._cuda_source
+
+    def dot(self):
+        from tracegrad import ir
+        return ir.to_dot(self.graph)
+
+    def text(self):
+        from tracegrad import ir
+        return ir.to_text(self.graph)
+
+    def __repr__(self):
+        return f"<Lowered {self.key_parts.get('function')} {self.key_parts.get('transform')}>"
+
+
+class _Entry:
+    """One compiled signature: the loaded module and how to call it."""
+    __slots__ = ("ns", "fns", "out_tree", "n_out", "out_avals", "wrt", "in_avals", "extra")
+
+    def __init__(self, ns, out_tree, n_out, out_avals, wrt, in_avals):
+        self.ns = ns
+        self.out_tree = out_tree
+        self.n_out = n_out
+        self.out_avals = out_avals
+        self.wrt = wrt
+        self.in_avals = in_avals
+        self.extra = None
+
+
+class Compiled:
+    """A function compiled for one transform; called like the original."""
+
+    def __init__(self, fn, kind="forward", argnums=0, has_aux=False, backend=None,
+                 static_argnums=(), static_argnames=()):
+        if isinstance(fn, Compiled):
+            static_argnums = static_argnums or fn.static_argnums
+            static_argnames = static_argnames or fn.static_argnames
+            backend = backend or fn.backend
+            fn = fn.fn
+        if not callable(fn):
+            raise TypeError(f"tracegrad expects a function, got {type(fn).__name__}")
+        if backend not in (None, "numpy", "cupy"):
+            raise ValueError(f"backend must be None, 'numpy' or 'cupy', got {backend!r}")
+        self.fn = fn
+        self.kind = kind
+        self.argnums, self._single = _norm_argnums(argnums)
+        self.has_aux = has_aux
+        self.backend = backend
+        if isinstance(static_argnums, int):
+            static_argnums = (static_argnums,)
+        if isinstance(static_argnames, str):
+            static_argnames = (static_argnames,)
+        self.static_argnums = tuple(static_argnums)
+        self.static_argnames = tuple(static_argnames)
+        try:
+            self._params = list(inspect.signature(fn).parameters)
+        except (TypeError, ValueError):
+            self._params = []
+        self._fast = {}
+        functools.update_wrapper(self, fn)
+        _ALL.add(self)
+
+    def __repr__(self):
+        return f"<tracegrad {self.kind} of {getattr(self.fn, '__qualname__', self.fn)}>"
+
+    def __get__(self, obj, objtype=None):  # usable as a method decorator
+        if obj is None:
+            return self
+        return functools.partial(self, obj)
+
+    # --- arguments -----------------------------------------------------------------
+    def _split(self, args, kwargs):
+        n = len(args)
+        static_pos = {a % n if n else a for a in self.static_argnums}
+        for a in self.static_argnums:
+            if a >= n or a < -n:
+                raise TypeError(f"static_argnums={self.static_argnums} but the function was "
+                                f"called with {n} positional arguments")
+        dyn_pos = [i for i in range(n) if i not in static_pos]
+        statics = tuple((i, args[i]) for i in sorted(static_pos))
+        statics += tuple((k, kwargs[k]) for k in sorted(kwargs) if k in self.static_argnames)
+        dyn_kw = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
+        for i, v in statics:
+            try:
+                hash(v)
+            except TypeError:
+                raise TypeError(f"static argument {i!r} of {self.__name__} has the unhashable "
+                                f"type {type(v).__name__}; static values are part of the cache "
+                                f"key, so pass a tuple instead of a list, or make it a dynamic "
+                                f"argument") from None
+        return dyn_pos, statics, dyn_kw
+
+    def _flatten(self, args, kwargs):
+        dyn_pos, statics, dyn_kw = self._split(args, kwargs)
+        leaves, ranges, names = [], [], []
+        for i in dyn_pos:
+            ls, tree = tree_flatten(args[i])
+            pname = self._params[i] if i < len(self._params) else f"arg{i}"
+            ranges.append((i, len(leaves), len(leaves) + len(ls), tree))
+            leaves.extend(ls)
+            names.extend(leaf_paths(tree, pname))
+        kw_leaves, kw_tree = tree_flatten(dyn_kw)
+        leaves.extend(kw_leaves)
+        names.extend(leaf_paths(kw_tree, "kw")[i] for i in range(len(kw_leaves)))
+        return leaves, ranges, kw_tree, statics, names
+
+    def _wrt_leaves(self, ranges):
+        pos_to_range = {r[0]: r for r in ranges}
+        wrt = []
+        for a in self.argnums:
+            if a not in pos_to_range:
+                raise TypeError(f"argnums={self.argnums} refers to argument {a}, which is "
+                                f"{'static' if a in self.static_argnums else 'not passed'}; "
+                                f"differentiate with respect to a dynamic array argument")
+            _, lo, hi, _ = pos_to_range[a]
+            wrt.append((a, lo, hi))
+        return wrt
+
+    # --- calls -----------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        leaves, ranges, kw_tree, statics, names = self._flatten(args, kwargs)
+        arrays = []
+        tensors = False
+        for j, x in enumerate(leaves):
+            a, is_t = _leaf_array(x, f"argument leaf '{names[j] if j < len(names) else j}'")
+            arrays.append(a)
+            tensors |= is_t
+        sig = (tuple((a.shape, a.dtype.char, type(a)) for a in arrays),
+               tuple((r[0], r[3]) for r in ranges), kw_tree, statics, len(args))
+        if tensors and self.kind == "forward":
+            from tracegrad.autograd.grad_mode import state
+            if state.grad_enabled and any(getattr(x, "requires_grad", False) for x in leaves):
+                return self._call_on_tape(args, leaves, arrays, ranges, kw_tree, statics, names, sig)
+        entry = self._fast.get(sig)
+        if entry is None:
+            entry = self._build(self.kind, arrays, ranges, kw_tree, statics, names, len(args))
+            self._fast[sig] = entry
+        out = self._run(entry, arrays, ranges)
+        if tensors:
+            from tracegrad.tensor import Tensor
+            leaves_out, tree = tree_flatten(out)
+            out = tree_unflatten(tree, [Tensor(np.asarray(o)) if isinstance(o, (np.ndarray, np.generic))
+                                        else o for o in leaves_out])
+        return out
+
+    def _run(self, entry, arrays, ranges):
+        kind = self.kind
+        fn = entry.fns
+        outs = fn(*arrays)
+        if kind == "forward":
+            return tree_unflatten(entry.out_tree, list(outs))
+        if kind in ("grad", "value_and_grad"):
+            n = entry.n_out
+            value_leaves = list(outs[:n])
+            grads = self._group(entry.wrt, ranges, outs[n:])
+            if self.has_aux:
+                value, aux = tree_unflatten(entry.out_tree, value_leaves)
+            else:
+                value = tree_unflatten(entry.out_tree, value_leaves)
+            if kind == "grad":
+                return (grads, aux) if self.has_aux else grads
+            return ((value, aux), grads) if self.has_aux else (value, grads)
+        if kind in ("jacrev", "jacfwd", "hessian"):
+            return self._group(entry.wrt, ranges, outs)
+        raise ValueError(kind)
+
+    def _group(self, wrt, ranges, flat):
+        """Gradients per differentiated argument, in its tree structure."""
+        res = []
+        k = 0
+        trees = {r[0]: r[3] for r in ranges}
+        for a, lo, hi in wrt:
+            n = hi - lo
+            res.append(tree_unflatten(trees[a], list(flat[k:k + n])))
+            k += n
+        return res[0] if self._single else tuple(res)
+
+    # --- building ---------------------------------------------------------------------
+    def _trace(self, arrays, ranges, kw_tree, statics, names, nargs):
+        avals = [Aval(tuple(a.shape), np.dtype(a.dtype)) for a in arrays]
+        backend = self.backend or ("cupy" if any(type(a).__module__.startswith("cupy")
+                                                 for a in arrays) else "numpy")
+        static_map = dict(statics)
+
+        def rebuild(tracers):
+            args = [None] * nargs
+            for i, lo, hi, tree in ranges:
+                args[i] = tree_unflatten(tree, tracers[lo:hi])
+            for i, v in statics:
+                if isinstance(i, int):
+                    args[i] = v
+            kw_leaves = tracers[ranges[-1][2] if ranges else 0:]
+            kwargs = tree_unflatten(kw_tree, kw_leaves)
+            kwargs.update({k: v for k, v in static_map.items() if isinstance(k, str)})
+            return args, kwargs
+
+        trace, out_tree = trace_function(self.fn, avals, rebuild, names, backend)
+        cache.count("traces")
+        return trace, out_tree, avals, backend
+
+    def _key_parts(self, kind, trace, avals, statics, backend, wrt):
+        from tracegrad.codegen import templates_hash
+        fn = self.fn
+        return {
+            "function": f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}",
+            "signature": [f"{a.dtype}{list(a.shape)}" for a in avals],
+            "backend": backend,
+            "static": repr(statics),
+            "wrt": repr(wrt),
+            "transform": kind + ("+aux" if self.has_aux else ""),
+            "version": __version__,
+            "templates": templates_hash(),
+            "graph": trace.structure_hash(),
+        }
+
+    def _build(self, kind, arrays, ranges, kw_tree, statics, names, nargs, lower=False):
+        trace, out_tree, avals, backend = self._trace(arrays, ranges, kw_tree, statics, names, nargs)
+        wrt = self._wrt_leaves(ranges) if kind != "forward" and kind != "vjp" and kind != "jvp" \
+            else [(None, 0, len(arrays))]
+        if kind in ("grad", "value_and_grad", "jacrev", "jacfwd", "hessian"):
+            for a, lo, hi in wrt:
+                for j in range(lo, hi):
+                    if not np.issubdtype(avals[j].dtype, np.inexact):
+                        raise TypeError(
+                            f"{kind} of {self.__name__}: argument '{names[j]}' has dtype "
+                            f"{avals[j].dtype}; gradients are defined for floating-point inputs. "
+                            f"Convert it (x.astype(np.float64)) or choose other argnums.")
+        parts = self._key_parts(kind, trace, avals, statics, backend, wrt)
+        khash = cache.key_hash(parts)
+        ns = None if lower else cache.lookup(khash)
+        graph = None
+        if ns is None:
+            graph, source = _compile(kind, trace, wrt, names, self, parts, khash)
+            if lower:
+                return Lowered(graph, source, khash, parts, backend)
+            cache.explain_miss(parts["function"], parts)
+            ns = cache.store(khash, source, parts)
+        n_out = len(trace.outputs)
+        entry = _Entry(ns, out_tree, n_out, None, wrt, avals)
+        entry.fns = ns[_FN_NAME[kind]]
+        return entry
+
+    def lower(self, *args, **kwargs):
+        """Trace and generate without running: -> Lowered (graph, source, dot())."""
+        leaves, ranges, kw_tree, statics, names = self._flatten(args, kwargs)
+        arrays = [_leaf_array(x, "argument")[0] for x in leaves]
+        return self._build(self.kind, arrays, ranges, kw_tree, statics, names, len(args), lower=True)
+
+    # --- compiled calls on the eager tape ---------------------------------------------------
+    def _call_on_tape(self, args, leaves, arrays, ranges, kw_tree, statics, names, sig):
+        from tracegrad import graph_call
+        key = ("tape",) + sig
+        entry = self._fast.get(key)
+        if entry is None:
+            trace, out_tree, avals, backend = self._trace(arrays, ranges, kw_tree, statics,
+                                                          names, len(args))
+            entry = (graph_call.GraphFunction.from_trace(trace, names, self.__name__), out_tree)
+            self._fast[key] = entry
+        gf, out_tree = entry
+        outs = gf.call_tensors(leaves)
+        return tree_unflatten(out_tree, list(outs))
+
+
+_FN_NAME = {"forward": "forward", "grad": "value_and_grad", "value_and_grad": "value_and_grad",
+            "jacrev": "jacobian", "jacfwd": "jacobian", "hessian": "hessian"}
+
+
+def _compile(kind, trace, wrt, names, compiled, parts, khash):
+    """Trace -> graph -> transform -> passes -> NumPy source."""
+    from tracegrad import adjoint, codegen, ir, passes
+    cache.count("compiles")
+    g = ir.from_trace(trace)
+    passes.optimize(g)
+    wrt_leaves = [j for _, lo, hi in wrt for j in range(lo, hi)]
+    if kind in ("grad", "value_and_grad"):
+        g = adjoint.reverse(g, wrt_leaves, seed="ones")
+    elif kind == "jacrev":
+        g = adjoint.jacobian(g, wrt_leaves, mode="rev")
+    elif kind == "jacfwd":
+        g = adjoint.jacobian(g, wrt_leaves, mode="fwd")
+    elif kind == "hessian":
+        g = adjoint.hessian(g, wrt_leaves)
+    passes.optimize(g)
+    args = _arg_names(names)
+    fn = compiled.fn
+    src = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
+    try:
+        src += f" ({inspect.getsourcefile(fn)}:{inspect.getsourcelines(fn)[1]})"
+    except (TypeError, OSError):
+        pass
+    doc = {"forward": f"The forward computation of {src}.",
+           "grad": f"The value and gradient of {src} w.r.t. {_wrt_desc(wrt, names)}.",
+           "value_and_grad": f"The value and gradient of {src} w.r.t. {_wrt_desc(wrt, names)}.",
+           "jacrev": f"The Jacobian of {src} w.r.t. {_wrt_desc(wrt, names)} (reverse mode).",
+           "jacfwd": f"The Jacobian of {src} w.r.t. {_wrt_desc(wrt, names)} (forward mode).",
+           "hessian": f"The Hessian of {src} w.r.t. {_wrt_desc(wrt, names)}."}[kind]
+    source = codegen.generate_numpy([(g, _FN_NAME[kind], args, doc)], source=src,
+                                    transform=parts["transform"], key=khash)
+    return g, source
+
+
+def _arg_names(names):
+    from tracegrad.codegen import identifier
+    taken = set()
+    out = []
+    for n in names:
+        s = identifier(n, taken)
+        taken.add(s)
+        out.append(s)
+    return out
+
+
+def _wrt_desc(wrt, names):
+    return ", ".join(names[lo] if hi - lo == 1 else f"{names[lo]}..{names[hi - 1]}"
+                     for _, lo, hi in wrt)
+
+
+# --- the public functions -----------------------------------------------------------------
+
+def compile(fn=None, *, backend=None, static_argnums=(), static_argnames=()):
+    """Compile ``fn`` (plain NumPy or Tensor code) to generated NumPy code,
+    traced once per input signature and cached in memory and on disk.
+
+    Usable as ``@tg.compile`` or ``@tg.compile(static_argnums=...)``."""
+    if fn is None:
+        return lambda f: Compiled(f, "forward", backend=backend, static_argnums=static_argnums,
+                                  static_argnames=static_argnames)
+    return Compiled(fn, "forward", backend=backend, static_argnums=static_argnums,
+                    static_argnames=static_argnames)
+
+
+def grad(fn, argnums=0, has_aux=False, *, backend=None, static_argnums=(), static_argnames=()):
+    """The gradient of a scalar function w.r.t. argument(s) ``argnums``."""
+    return Compiled(fn, "grad", argnums, has_aux, backend, static_argnums, static_argnames)
+
+
+def value_and_grad(fn, argnums=0, has_aux=False, *, backend=None, static_argnums=(),
+                   static_argnames=()):
+    """``(value, gradient)`` of a scalar function in one compiled call."""
+    return Compiled(fn, "value_and_grad", argnums, has_aux, backend, static_argnums,
+                    static_argnames)
+
+
+def jacobian(fn, argnums=0, *, backend=None, static_argnums=(), static_argnames=()):
+    """The full Jacobian (reverse mode): shape out.shape + in.shape, all rows
+    in one compiled call."""
+    return Compiled(fn, "jacrev", argnums, False, backend, static_argnums, static_argnames)
+
+
+jacrev = jacobian
+
+
+def jacfwd(fn, argnums=0, *, backend=None, static_argnums=(), static_argnames=()):
+    """The full Jacobian by forward mode (one tangent per input element)."""
+    return Compiled(fn, "jacfwd", argnums, False, backend, static_argnums, static_argnames)
+
+
+def hessian(fn, argnums=0, *, backend=None, static_argnums=(), static_argnames=()):
+    """The Hessian of a scalar function: shape in.shape + in.shape."""
+    return Compiled(fn, "hessian", argnums, False, backend, static_argnums, static_argnames)
+
+
+def vjp(fn, *primals, has_aux=False, backend=None, static_argnums=(), static_argnames=()):
+    """``(outputs, vjp_fn)``: vjp_fn(cotangents) -> one cotangent per primal."""
+    from tracegrad import graph_call
+    return graph_call.vjp(fn, primals, has_aux, backend)
+
+
+def jvp(fn, primals, tangents, *, backend=None, static_argnums=(), static_argnames=()):
+    """``(outputs, output_tangents)`` by forward mode."""
+    from tracegrad import graph_call
+    return graph_call.jvp(fn, primals, tangents, backend)

@@ -1,0 +1,309 @@
+"""Code generation: IR graphs to NumPy source through Jinja2 templates.
+
+The NumPy target prints one plain Python function per graph: straight-line
+NumPy calls, one statement per line, each tagged with its graph node and
+grouped under the user's source line it came from.  The primitive rows'
+``numpy`` emitters give each statement's expression; this module decides
+names, constants and buffers.
+
+Buffer planning: a ufunc whose output has the shape and dtype of a dead
+intermediate writes into it with ``out=`` (the operand itself when it dies
+at this statement), so a long elementwise chain allocates a constant number
+of arrays.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import inspect
+import keyword
+import math
+import os
+import re
+
+import numpy as np
+
+from tracegrad import ir, primitives
+from tracegrad._version import __version__
+
+TEMPLATE_DIRS = [
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "codegen_templates"),
+    # running from a source checkout: the top-level folder
+    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "codegen_templates"),
+]
+
+# Arrays at least this large are freed (``del``) as soon as they are dead
+# and not kept for reuse, to bound peak memory.
+DEL_MIN_ELEMENTS = 1 << 16
+
+
+def template_dir():
+    for d in TEMPLATE_DIRS:
+        if os.path.isdir(d):
+            return d
+    raise FileNotFoundError("tracegrad's codegen_templates folder is missing from the installation")
+
+
+_GENERATOR_FILES = ("primitives.py", "trace.py", "ir.py", "adjoint.py", "passes.py",
+                    "codegen.py", "codegen_cuda.py", "runtime_numpy.py", "ops")
+_templates_hash = None
+
+
+def templates_hash() -> str:
+    """Hash of the templates and of the generator itself (the modules whose
+    code decides what is generated): part of every cache key."""
+    global _templates_hash
+    if _templates_hash is None:
+        h = hashlib.sha256()
+        pkg = os.path.dirname(os.path.abspath(__file__))
+        paths = [os.path.join(template_dir(), n) for n in sorted(os.listdir(template_dir()))]
+        for name in _GENERATOR_FILES:
+            p = os.path.join(pkg, name)
+            if os.path.isdir(p):
+                paths += [os.path.join(p, n) for n in sorted(os.listdir(p)) if n.endswith(".py")]
+            else:
+                paths.append(p)
+        for p in paths:
+            if os.path.isfile(p):
+                h.update(os.path.basename(p).encode())
+                with open(p, "rb") as f:
+                    h.update(f.read())
+        _templates_hash = h.hexdigest()[:16]
+    return _templates_hash
+
+
+_env = None
+
+
+def _jinja():
+    global _env
+    if _env is None:
+        import jinja2
+        _env = jinja2.Environment(loader=jinja2.FileSystemLoader(template_dir()),
+                                  trim_blocks=True, lstrip_blocks=True,
+                                  keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    return _env
+
+
+def identifier(name, taken=()):
+    """A valid, readable Python identifier for a user-supplied name."""
+    s = re.sub(r"\W", "_", str(name))
+    if not s or s[0].isdigit():
+        s = "a_" + s
+    if keyword.iskeyword(s) or s in ("np", "math", "base64"):
+        s = s + "_"
+    base, k = s, 1
+    while s in taken:
+        s = f"{base}_{k}"
+        k += 1
+    return s
+
+
+def literal(value):
+    """Python source for a scalar constant."""
+    if isinstance(value, (bool, np.bool_)):
+        return repr(bool(value))
+    if isinstance(value, (int, np.integer)):
+        return repr(int(value))
+    v = float(value)
+    if math.isnan(v):
+        return "np.nan"
+    if math.isinf(v):
+        return "np.inf" if v > 0 else "-np.inf"
+    return repr(v)
+
+
+def _const_code(arr):
+    if arr.ndim == 0 and np.isfinite(arr).all() and arr.dtype.kind in "fiub":
+        return f"np.{arr.dtype.name}({literal(arr.item())})", False
+    if arr.size <= 16 and arr.dtype.kind in "fiub" and np.isfinite(arr).all():
+        return f"np.array({arr.tolist()!r}, dtype=np.{arr.dtype.name})", False
+    b = base64.b64encode(np.ascontiguousarray(arr).tobytes()).decode()
+    return (f"np.frombuffer(base64.b64decode({b!r}), dtype={arr.dtype.str!r})"
+            f".reshape({tuple(arr.shape)!r})"), True
+
+
+def _ufunc_of(prim, n_operands):
+    name = prim.ufunc
+    if not name or not name.startswith("np."):
+        return None
+    f = getattr(np, name[3:], None)
+    if isinstance(f, np.ufunc) and f.nin == n_operands and f.nout == 1:
+        return name
+    return None
+
+
+def _aliases(prim):
+    return prim.view or prim.numpy == "{0}"
+
+
+def _source_comment(loc):
+    if not loc:
+        return None
+    import linecache
+    fname = os.path.basename(loc[0])
+    text = linecache.getline(loc[0], loc[1]).strip()
+    where = f"{fname}:{loc[1]}"
+    if len(loc) > 3:
+        where += f" ({loc[3]})"
+    return f"{where}: {text}" if text else where
+
+
+class Lowered:
+    """A graph lowered to the body of one NumPy function."""
+
+    def __init__(self, g, name, arg_names, doc, module):
+        self.name = name
+        self.args = arg_names
+        self.doc = doc
+        self.body = []
+        self._lower(g, module)
+
+    def _lower(self, g, module):
+        order = [v for v in ir.topo_order(g) if g.nodes[v]["op"] not in ("input",)]
+        outputs = g.graph["outputs"]
+        names = {}
+        for v, a in zip(g.graph["inputs"], self.args):
+            names[v] = a
+        # last statement index reading each value
+        stmt_index = {v: i for i, v in enumerate(order)}
+        last_use = {}
+        for v in order:
+            for u in ir.operands(g, v):
+                last_use[u] = stmt_index[v]
+        never_dies = set(outputs) | set(g.graph["inputs"])
+        # values whose memory someone else may alias: never reused
+        aliased = set()
+        for v in order:
+            d = g.nodes[v]
+            if d["op"] in ("const", "proj"):
+                if d["op"] == "proj":
+                    aliased.add(ir.operands(g, v)[0])
+                continue
+            if _aliases(primitives.get(d["op"])):
+                aliased.update(ir.operands(g, v))
+        owned = set()   # fresh ufunc results: ours to overwrite once dead
+        pool = {}       # (shape, dtype) -> [var] dead owned buffers
+        prev_src = None
+
+        def expr(u):
+            d = g.nodes[u]
+            if d["op"] == "const":
+                val = d["value"]
+                if not isinstance(val, np.ndarray):
+                    return literal(val)
+                return module.constant(u, val)
+            return names[u]
+
+        for i, v in enumerate(order):
+            d = g.nodes[v]
+            op = d["op"]
+            if op == "const":
+                continue
+            ops = ir.operands(g, v)
+            args = [expr(u) for u in ops]
+            var = f"t{v}"
+            comment = f"%{v} {op}"
+            if op == "proj":
+                code = f"{var} = {args[0]}[{d['attrs']['index']}]"
+            else:
+                prim = primitives.get(op)
+                if prim.numpy is None:
+                    raise NotImplementedError(
+                        f"codegen: the primitive {op!r} has no NumPy emitter, so it cannot be "
+                        f"compiled; use it in eager mode or add an emitter to its registry row")
+                for h in prim.helpers:
+                    module.helper(h)
+                if callable(prim.numpy):
+                    e = prim.numpy(args, **d["attrs"])
+                else:
+                    e = prim.numpy.format(*args, **{k: repr(x) for k, x in d["attrs"].items()})
+                code = f"{var} = {e}"
+                ufunc = _ufunc_of(prim, len(ops))
+                shape = d.get("shape")
+                if ufunc and shape and d.get("avals") is None:
+                    key = (shape, str(d["dtype"]))
+                    buf = None
+                    for u in ops:
+                        if (u in owned and last_use.get(u) == i and u not in never_dies
+                                and u not in aliased
+                                and (g.nodes[u]["shape"], str(g.nodes[u]["dtype"])) == key):
+                            buf = names[u]
+                            owned.discard(u)
+                            break
+                    if buf is None and pool.get(key):
+                        buf = pool[key].pop()
+                    if buf is not None:
+                        code = f"{var} = {ufunc}({', '.join(args)}, out={buf})"
+                    if v not in aliased:
+                        owned.add(v)
+            names[v] = var
+            src = _source_comment(d.get("loc"))
+            self.body.append({"code": code, "comment": comment,
+                              "source": src if src != prev_src else None})
+            prev_src = src
+            # values that die here: pool their buffers or free them
+            for u in set(ops):
+                if last_use.get(u) != i or u in never_dies or g.nodes[u]["op"] in ("const", "input"):
+                    continue
+                if u in owned:
+                    owned.discard(u)
+                    key = (g.nodes[u]["shape"], str(g.nodes[u]["dtype"]))
+                    pool.setdefault(key, []).append(names[u])
+                elif u not in aliased and g.nodes[u].get("shape") is not None and \
+                        int(np.prod(g.nodes[u]["shape"])) >= DEL_MIN_ELEMENTS:
+                    self.body.append({"code": f"del {names[u]}", "comment": "dead: free its memory",
+                                      "source": None})
+        rets = [expr(v) if g.nodes[v]["op"] in ("const", "input") else names[v] for v in outputs]
+        self.returns = "(" + ", ".join(rets) + ("," if len(rets) == 1 else "") + ")"
+
+
+class Module:
+    """Collects helpers and constants shared by the functions of one module."""
+
+    def __init__(self):
+        self.helpers = []
+        self._helper_names = set()
+        self.constants = []
+        self._const_names = {}
+        self.needs_base64 = False
+        self.needs_math = False
+
+    def helper(self, name):
+        if name in self._helper_names:
+            return
+        from tracegrad import runtime_numpy
+        fn = getattr(runtime_numpy, name)
+        self._helper_names.add(name)
+        # helpers may call other helpers
+        for dep in getattr(runtime_numpy, "HELPER_DEPS", {}).get(name, ()):
+            self.helper(dep)
+        src = inspect.getsource(fn)
+        if "math." in src:
+            self.needs_math = True
+        self.helpers.append(src.rstrip())
+
+    def constant(self, node, arr):
+        key = (arr.dtype.str, arr.shape, hashlib.sha1(np.ascontiguousarray(arr).tobytes()).hexdigest())
+        name = self._const_names.get(key)
+        if name is None:
+            name = f"_c{len(self._const_names)}"
+            self._const_names[key] = name
+            code, b64 = _const_code(arr)
+            self.needs_base64 |= b64
+            self.constants.append({"name": name, "code": code, "node": node,
+                                   "desc": f"{arr.dtype}{list(arr.shape)}"})
+        return name
+
+
+def generate_numpy(functions, source="", transform="", key=""):
+    """Source of one module holding a NumPy function per (graph, name, arg
+    names, docstring) in ``functions``."""
+    module = Module()
+    lowered = [Lowered(g, name, args, doc, module) for g, name, args, doc in functions]
+    return _jinja().get_template("numpy_module.py.j2").render(
+        version=__version__, source=source, transform=transform, key=key,
+        needs_math=module.needs_math, needs_base64=module.needs_base64,
+        helpers=module.helpers, constants=module.constants,
+        functions=[{"name": f.name, "args": f.args, "doc": f.doc, "body": f.body,
+                    "returns": f.returns} for f in lowered])

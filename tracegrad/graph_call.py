@@ -1,0 +1,301 @@
+"""Compiled graphs as callables, and compiled calls on the eager tape.
+
+A ``GraphFunction`` wraps one traced graph.  It generates (or takes from the
+cache) the NumPy code of the graph and of the graphs derived from it: the
+forward part that also returns the residuals the backward needs, the
+backward part, and the joint vjp graph used for double backward.
+
+``call_tensors`` runs the graph on eager Tensors and records ONE node on the
+tape (``CompiledBackward``) whose backward runs the generated backward code,
+so hooks, accumulation and ``create_graph=True`` behave as in eager mode: with
+``create_graph`` the backward is itself a compiled call on Tensors, recorded
+on the tape, so its derivative is the adjoint of the backward graph.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tracegrad import cache
+from tracegrad._version import __version__
+from tracegrad.autograd.graph import FREED_MSG, Node
+from tracegrad.autograd.profiler_state import _state as _prof_state
+from tracegrad.trace import trace_function, tree_flatten, tree_unflatten, leaf_paths
+from tracegrad.primitives import Aval
+
+
+class GraphFunction:
+    """A graph compiled to NumPy, keyed by its structure in the cache."""
+
+    def __init__(self, key, make_graph, name, n_in, n_out):
+        self.key = key                # structural key (str), part of the cache key
+        self._make_graph = make_graph
+        self._graph = None
+        self.name = name
+        self.n_in = n_in              # inputs and outputs of the original graph
+        self.n_out = n_out
+        self._fn = None
+        self._derived = {}
+
+    @classmethod
+    def from_trace(cls, trace, names, name):
+        def make():
+            from tracegrad import ir, passes
+            g = ir.from_trace(trace)
+            passes.optimize(g)
+            return g
+        return cls(trace.structure_hash(), make, name, len(trace.inputs), len(trace.outputs))
+
+    @property
+    def graph(self):
+        if self._graph is None:
+            self._graph = self._make_graph()
+        return self._graph
+
+    def _parts(self):
+        from tracegrad.codegen import templates_hash
+        return {"function": self.name, "graph": self.key, "version": __version__,
+                "templates": templates_hash(), "transform": "graph"}
+
+    def source(self):
+        from tracegrad import codegen
+        from tracegrad.api import _arg_names
+        parts = self._parts()
+        return codegen.generate_numpy(
+            [(self.graph, "run", _arg_names(self.graph_arg_names()), f"{self.name}.")],
+            source=self.name, transform=self.key[:16], key=cache.key_hash(parts))
+
+    def graph_arg_names(self):
+        g = self.graph
+        return [g.nodes[v]["name"] for v in g.graph["inputs"]]
+
+    def fn(self):
+        if self._fn is None:
+            parts = self._parts()
+            khash = cache.key_hash(parts)
+            ns = cache.lookup(khash)
+            if ns is None:
+                cache.count("compiles")
+                ns = cache.store(khash, self.source(), parts)
+            self._fn = ns["run"]
+        return self._fn
+
+    def run(self, *arrays):
+        prof = _prof_state.current
+        if prof is not None:
+            ev = prof._begin(self.name, "compiled", arrays)
+            out = self.fn()(*arrays)
+            prof._end(ev)
+            return out
+        return self.fn()(*arrays)
+
+    # --- derived graphs -------------------------------------------------------------
+    def derived(self, what):
+        """'vjp_fwd', 'vjp_bwd' (split of the joint vjp graph), 'joint' (the
+        joint vjp graph: inputs, cotangents -> input cotangents), 'jvp'."""
+        gf = self._derived.get(what)
+        if gf is not None:
+            return gf
+        from tracegrad import adjoint, passes
+
+        def joint_graph(keep_outputs):
+            g = adjoint.reverse(self.graph, list(range(self.n_in)), seed="input",
+                                keep_outputs=keep_outputs)
+            passes.optimize(g)
+            return g
+
+        if what in ("vjp_fwd", "vjp_bwd"):
+            def make_split():
+                return adjoint.split(joint_graph(True), self.n_in, self.n_out)
+            holder = {}
+
+            def part(i):
+                def make():
+                    if "split" not in holder:
+                        holder["split"] = make_split()
+                    g = holder["split"][i]
+                    passes.optimize(g)
+                    return g
+                return make
+            fwd = GraphFunction(self.key + "/vjp_fwd", part(0), self.name + " (forward)",
+                                self.n_in, None)
+            bwd = GraphFunction(self.key + "/vjp_bwd", part(1), self.name + " (backward)",
+                                None, self.n_in)
+            self._derived["vjp_fwd"] = fwd
+            self._derived["vjp_bwd"] = bwd
+            return self._derived[what]
+        if what == "joint":
+            gf = GraphFunction(self.key + "/joint", lambda: joint_graph(False),
+                               self.name + " (vjp)", self.n_in + self.n_out, self.n_in)
+        elif what == "jvp":
+            def make():
+                g = adjoint.tangent(self.graph, list(range(self.n_in)))
+                passes.optimize(g)
+                return g
+            gf = GraphFunction(self.key + "/jvp", make, self.name + " (jvp)", 2 * self.n_in,
+                               2 * self.n_out)
+        else:
+            raise ValueError(what)
+        self._derived[what] = gf
+        return gf
+
+    # --- on the eager tape -----------------------------------------------------------
+    def call_tensors(self, values):
+        """Run on a list of Tensors/arrays; record one tape node when any
+        Tensor requires grad and grad mode is on."""
+        from tracegrad.autograd.grad_mode import state
+        from tracegrad.tensor import Tensor
+        arrays = [v._data if isinstance(v, Tensor) else np.asarray(v) for v in values]
+        track = state.grad_enabled and any(isinstance(v, Tensor) and v._requires_grad
+                                           for v in values)
+        if not track:
+            return tuple(Tensor(np.asarray(o)) for o in self.run(*arrays))
+        fwd = self.derived("vjp_fwd")
+        outs = fwd.run(*arrays)
+        n_out = self.n_out
+        residuals = outs[n_out:]
+        node = CompiledBackward(self, values, residuals, [np.asarray(o) for o in outs[:n_out]])
+        res = []
+        for i, o in enumerate(outs[:n_out]):
+            o = np.asarray(o)
+            if np.issubdtype(o.dtype, np.inexact):
+                res.append(Tensor(o, True, node, i))
+            else:
+                res.append(Tensor(o))
+        return tuple(res)
+
+
+class CompiledBackward(Node):
+    """The one tape node of a compiled call."""
+    __slots__ = ("gf", "saved", "versions", "residuals", "freed", "out_meta")
+
+    def __init__(self, gf, values, residuals, outs):
+        from tracegrad.tensor import Tensor
+        super().__init__(tuple(v._edge() if isinstance(v, Tensor) else None for v in values))
+        self.gf = gf
+        self.saved = list(values)
+        self.versions = [v._vbox[0] if isinstance(v, Tensor) else None for v in values]
+        self.residuals = residuals
+        self.freed = False
+        self.output_meta = [(o.shape, o.dtype) for o in outs]
+
+    def name(self):
+        return f"CompiledFunctionBackward[{self.gf.name}]"
+
+    def num_outputs(self):
+        return len(self.output_meta)
+
+    def release(self):
+        self.saved = None
+        self.residuals = None
+        self.freed = True
+
+    def apply(self, grad_outputs, create_graph):
+        from tracegrad.tensor import Tensor
+        if self.freed:
+            raise RuntimeError(FREED_MSG)
+        for v, ver in zip(self.saved, self.versions):
+            if ver is not None and v._vbox[0] != ver:
+                raise RuntimeError(
+                    f"one of the variables needed for gradient computation has been modified by "
+                    f"an inplace operation: an input of {self.name()} is at version "
+                    f"{v._vbox[0]}; expected version {ver} instead.")
+        cts = []
+        for g, (shape, dtype) in zip(grad_outputs, self.output_meta):
+            if g is None:
+                g = Tensor(np.zeros(shape, dtype))
+            cts.append(g)
+        if create_graph:
+            joint = self.gf.derived("joint")
+            return list(joint.call_tensors(list(self.saved) + cts))
+        bwd = self.gf.derived("vjp_bwd")
+        outs = bwd.run(*self.residuals, *[c._data for c in cts])
+        return [Tensor(np.asarray(o)) for o in outs]
+
+
+# --- tg.vjp and tg.jvp ---------------------------------------------------------------
+
+def _trace_flat(fn, primals, backend):
+    from tracegrad.api import _leaf_array
+    leaves, tree = tree_flatten(tuple(primals))
+    arrays = [_leaf_array(x, "primal")[0] for x in leaves]
+    names = leaf_paths(tree, "x")
+    avals = [Aval(tuple(a.shape), a.dtype) for a in arrays]
+
+    def rebuild(tracers):
+        return list(tree_unflatten(tree, tracers)), {}
+
+    trace, out_tree = trace_function(fn, avals, rebuild, names, backend or "numpy")
+    cache.count("traces")
+    name = getattr(fn, "__qualname__", "f")
+    return trace, out_tree, tree, arrays, names, name
+
+
+_VJP_CACHE: dict = {}
+
+
+def vjp(fn, primals, has_aux, backend):
+    from tracegrad.api import Compiled
+    if isinstance(fn, Compiled):
+        fn = fn.fn
+    trace, out_tree, in_tree, arrays, names, name = _trace_flat(fn, primals, backend)
+    key = trace.structure_hash()
+    gf = _VJP_CACHE.get(key)
+    if gf is None:
+        gf = _VJP_CACHE[key] = GraphFunction.from_trace(trace, names, name)
+    fwd = gf.derived("vjp_fwd")
+    bwd = gf.derived("vjp_bwd")
+    outs = fwd.run(*arrays)
+    n_out = len(trace.outputs)
+    primal_outs = list(outs[:n_out])
+    residuals = outs[n_out:]
+    out = tree_unflatten(out_tree, primal_outs)
+    if has_aux:
+        out, aux = out
+        aux_n = len(tree_flatten(aux)[0])
+
+    def vjp_fn(ct):
+        if has_aux:
+            ct_leaves = tree_flatten(ct)[0] + [np.zeros_like(o) for o in primal_outs[-aux_n:]] \
+                if aux_n else tree_flatten(ct)[0]
+        else:
+            ct_leaves = tree_flatten(ct)[0]
+        if len(ct_leaves) != n_out:
+            raise ValueError(f"vjp_fn expects cotangents shaped like the function's output "
+                             f"({n_out} arrays), got {len(ct_leaves)}")
+        cts = []
+        for c, o in zip(ct_leaves, primal_outs):
+            c = np.asarray(c, dtype=np.asarray(o).dtype)
+            if c.shape != np.shape(o):
+                raise ValueError(f"vjp_fn: cotangent of shape {c.shape} for an output of shape "
+                                 f"{np.shape(o)}")
+            cts.append(c)
+        res = bwd.run(*residuals, *cts)
+        return tuple(tree_unflatten(in_tree, list(res)))
+
+    if has_aux:
+        return out, vjp_fn, aux
+    return out, vjp_fn
+
+
+def jvp(fn, primals, tangents, backend):
+    from tracegrad.api import Compiled, _leaf_array
+    if isinstance(fn, Compiled):
+        fn = fn.fn
+    primals, tangents = tuple(primals), tuple(tangents)
+    trace, out_tree, in_tree, arrays, names, name = _trace_flat(fn, primals, backend)
+    t_leaves, t_tree = tree_flatten(tangents)
+    if t_tree != in_tree:
+        raise ValueError("jvp: tangents must have the same structure as primals")
+    t_arrays = []
+    for t, a in zip(t_leaves, arrays):
+        t = np.asarray(_leaf_array(t, "tangent")[0], dtype=a.dtype)
+        if t.shape != a.shape:
+            raise ValueError(f"jvp: tangent of shape {t.shape} for a primal of shape {a.shape}")
+        t_arrays.append(t)
+    key = trace.structure_hash()
+    gf = _VJP_CACHE.get(key)
+    if gf is None:
+        gf = _VJP_CACHE[key] = GraphFunction.from_trace(trace, names, name)
+    outs = gf.derived("jvp").run(*arrays, *t_arrays)
+    n = len(trace.outputs)
+    return tree_unflatten(out_tree, list(outs[:n])), tree_unflatten(out_tree, list(outs[n:]))
