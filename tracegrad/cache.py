@@ -115,7 +115,7 @@ def lookup(khash):
         digest = hashlib.sha256(body.encode()).hexdigest()
         if header + "\n" != _HEADER.format(fmt=ENTRY_FORMAT, digest=digest):
             raise ValueError("checksum mismatch (truncated or modified)")
-        ns = _exec_source(body, path, khash)
+        ns = _exec_source(text, path, khash)  # the header is a comment: lines match the file
     except Exception as e:  # a bad entry is a miss, never a crash
         log.warning("tracegrad: cache entry %s is unreadable (%s); recompiling", path, e)
         count("disk_errors")
@@ -130,9 +130,9 @@ def store(khash, source, parts):
     """Load ``source`` into memory and write it to disk atomically."""
     d = cache_dir()
     path = os.path.join(d, khash + ".py") if d else f"<tracegrad {khash[:12]}>"
+    text = _HEADER.format(fmt=ENTRY_FORMAT,
+                          digest=hashlib.sha256(source.encode()).hexdigest()) + source
     if d is not None and _usable_dir(d):
-        text = _HEADER.format(fmt=ENTRY_FORMAT,
-                              digest=hashlib.sha256(source.encode()).hexdigest()) + source
         try:
             _atomic_write(d, khash + ".json", json.dumps(parts, indent=1, sort_keys=True,
                                                          default=repr))
@@ -143,7 +143,7 @@ def store(khash, source, parts):
             path = f"<tracegrad {khash[:12]}>"
     else:
         path = f"<tracegrad {khash[:12]}>"
-    ns = _exec_source(source, path, khash)
+    ns = _exec_source(text, path, khash)
     with _lock:
         _memory[khash] = ns
     return ns

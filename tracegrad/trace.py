@@ -94,9 +94,11 @@ class Tracer(ArrayMethods):
         loc = _user_frame()
         where = f"{loc[0]}, line {loc[1]}, in {loc[2]}" if loc else "your function"
         src = _source_line(loc)
+        deps = self._trace.input_names_behind(self.id)
         origin = ""
-        if node.op == "input":
-            origin = f" It depends on the argument '{node.name}'."
+        if deps:
+            origin = (" It depends on the argument" + ("s " if len(deps) > 1 else " ")
+                      + ", ".join(f"'{d}'" for d in deps) + ".")
         raise TraceError(
             f"{what} of a traced value at {where}"
             + (f":\n    {src}\n" if src else ". ")
@@ -277,6 +279,19 @@ class Trace:
         return result
 
     # --- reading --------------------------------------------------------------------
+    def input_names_behind(self, nid):
+        """Names of the inputs a node depends on (for error messages)."""
+        seen, stack, names = set(), [nid], []
+        while stack:
+            n = self.nodes[stack.pop()]
+            if n.id in seen:
+                continue
+            seen.add(n.id)
+            if n.op == "input":
+                names.append(n.name)
+            stack.extend(n.inputs)
+        return sorted(names)
+
     def structure_hash(self) -> str:
         """A hash of everything that determines the generated code: ops,
         wiring, attributes, shapes, dtypes, constants and source locations."""

@@ -1,0 +1,399 @@
+"""Compile mode: traced, differentiated, generated NumPy code agrees with
+eager mode and with finite differences; the graph and source can be read."""
+import linecache
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+from tracegrad import ir
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRACEGRAD_CACHE_DIR", str(tmp_path / "cache"))
+    tg.clear_cache()
+    yield
+    tg.clear_cache(disk=False)
+
+
+rng = np.random.default_rng(42)
+
+
+def fd_grad(f, args, argnum, eps=1e-6):
+    x = np.array(args[argnum], dtype=np.float64)
+    g = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        xp, xm = x.copy(), x.copy()
+        xp[i] += eps
+        xm[i] -= eps
+        a = list(args)
+        a[argnum] = xp
+        fp = f(*a)
+        a[argnum] = xm
+        g[i] = (fp - f(*a)) / (2 * eps)
+    return g
+
+
+# --- composite programs, written as plain NumPy --------------------------------------
+
+def logistic_regression(w, X, y):
+    z = X @ w
+    p = 1.0 / (1.0 + np.exp(-z))
+    return -np.mean(y * np.log(p) + (1 - y) * np.log(1 - p))
+
+
+def softmax_xent(W, X, onehot):
+    logits = X @ W
+    m = np.max(logits, axis=1, keepdims=True)
+    lse = np.log(np.sum(np.exp(logits - m), axis=1, keepdims=True)) + m
+    return -np.sum(onehot * (logits - lse)) / X.shape[0]
+
+
+def mlp(W1, b1, W2, b2, X, Y):
+    h = np.tanh(X @ W1 + b1)
+    out = h @ W2 + b2
+    return np.mean((out - Y) ** 2)
+
+
+def rosenbrock(x):
+    return np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
+
+
+def rnn(Wh, Wx, h0, xs):
+    h = h0
+    for t in range(5):          # a Python loop, unrolled by tracing
+        h = np.tanh(h @ Wh + xs[t] @ Wx)
+    return np.sum(h ** 2)
+
+
+PROGRAMS = {
+    "logistic": (logistic_regression, lambda: (rng.standard_normal(4) * 0.3,
+                                               rng.standard_normal((10, 4)),
+                                               (rng.random(10) > 0.5).astype(float)), (0,)),
+    "softmax_xent": (softmax_xent, lambda: (rng.standard_normal((4, 3)),
+                                            rng.standard_normal((6, 4)),
+                                            np.eye(3)[rng.integers(0, 3, 6)]), (0,)),
+    "mlp": (mlp, lambda: (rng.standard_normal((4, 8)) * 0.5, rng.standard_normal(8) * 0.1,
+                          rng.standard_normal((8, 2)) * 0.5, rng.standard_normal(2) * 0.1,
+                          rng.standard_normal((7, 4)), rng.standard_normal((7, 2))), (0, 1, 2, 3)),
+    "rosenbrock": (rosenbrock, lambda: (rng.standard_normal(6),), (0,)),
+    "rnn": (rnn, lambda: (rng.standard_normal((3, 3)) * 0.5, rng.standard_normal((2, 3)) * 0.5,
+                          rng.standard_normal(3), rng.standard_normal((5, 2))), (0, 1, 2)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_value_and_grad_matches_eager_and_fd(name):
+    f, make, argnums = PROGRAMS[name]
+    args = make()
+    value, grads = tg.value_and_grad(f, argnums=argnums)(*args)
+    np.testing.assert_allclose(value, f(*args), rtol=1e-12)
+    # eager mode on Tensors, the same user code
+    ts = [tg.tensor(a, requires_grad=(i in argnums)) for i, a in enumerate(args)]
+    f(*ts).backward()
+    for k, i in enumerate(argnums):
+        np.testing.assert_allclose(grads[k], ts[i].grad.numpy(), rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(grads[k], fd_grad(f, args, i), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_jvp_and_jacobian_and_hessian(name):
+    f, make, argnums = PROGRAMS[name]
+    args = make()
+    i = argnums[0]
+    gfun = tg.grad(f, argnums=i)
+    g = gfun(*args)
+    # jvp of the scalar function in a random direction = <grad, t>
+    t = rng.standard_normal(np.shape(args[i]))
+    tangents = tuple(t if j == i else np.zeros_like(a) for j, a in enumerate(args))
+    out, tout = tg.jvp(f, args, tangents)
+    np.testing.assert_allclose(out, f(*args), rtol=1e-12)
+    np.testing.assert_allclose(tout, np.sum(g * t), rtol=1e-9, atol=1e-12)
+    # the Hessian against finite differences of the compiled gradient
+    H = tg.hessian(f, argnums=i)(*args)
+    x = np.asarray(args[i], float)
+    n = x.size
+    assert H.shape == x.shape + x.shape
+    eps = 1e-6
+    Hfd = np.zeros((n, n))
+    for k in range(n):
+        e = np.zeros(n)
+        e[k] = eps
+        ap, am = list(args), list(args)
+        ap[i] = x + e.reshape(x.shape)
+        am[i] = x - e.reshape(x.shape)
+        Hfd[:, k] = ((gfun(*ap) - gfun(*am)) / (2 * eps)).ravel()
+    np.testing.assert_allclose(H.reshape(n, n), Hfd, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(H.reshape(n, n), H.reshape(n, n).T, rtol=1e-9, atol=1e-12)
+
+
+def test_jacobian_rev_and_fwd_agree_with_fd():
+    def f(x, A):
+        return np.tanh(A @ x) * x[:3]
+
+    x, A = rng.standard_normal(4), rng.standard_normal((3, 4))
+    J = tg.jacobian(f)(x, A)
+    Jf = tg.jacfwd(f)(x, A)
+    assert J.shape == (3, 4)
+    eps = 1e-6
+    Jfd = np.stack([(f(x + eps * e, A) - f(x - eps * e, A)) / (2 * eps) for e in np.eye(4)], axis=1)
+    np.testing.assert_allclose(J, Jfd, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(Jf, J, rtol=1e-12, atol=1e-14)
+
+
+def test_vjp_matches_eager():
+    def f(x, y):
+        return np.sin(x) * y, np.sum(x ** 2)
+
+    x, y = rng.standard_normal(5), rng.standard_normal(5)
+    (a, b), vjp_fn = tg.vjp(f, x, y)
+    np.testing.assert_allclose(a, np.sin(x) * y)
+    ca, cb = rng.standard_normal(5), 0.7
+    gx, gy = vjp_fn((ca, np.float64(cb)))
+    np.testing.assert_allclose(gx, ca * np.cos(x) * y + cb * 2 * x, rtol=1e-12)
+    np.testing.assert_allclose(gy, ca * np.sin(x), rtol=1e-12)
+
+
+def test_float32_stays_float32():
+    x = rng.standard_normal(8).astype(np.float32)
+    v, g = tg.value_and_grad(lambda x: np.sum(np.exp(x) * 2.0))(x)
+    assert g.dtype == np.float32
+    np.testing.assert_allclose(g, 2 * np.exp(x), rtol=1e-6)
+
+
+def test_torch_style_tensor_code_compiles():
+    def f(w, x):
+        return (x.matmul(w).tanh() ** 2).sum(dim=1).mean()
+
+    w, x = rng.standard_normal((3, 2)), rng.standard_normal((4, 3))
+    v, g = tg.value_and_grad(f)(w, x)
+    W = tg.tensor(w, requires_grad=True)
+    f(W, tg.tensor(x)).backward()
+    np.testing.assert_allclose(g, W.grad.numpy(), rtol=1e-10)
+
+
+def test_pytrees_python_numbers_and_has_aux():
+    def f(params, x, scale):
+        y = np.tanh(x @ params["w"] + params["b"]) * scale
+        return np.sum(y ** 2), {"mean": np.mean(y)}
+
+    params = {"w": rng.standard_normal((3, 2)), "b": rng.standard_normal(2)}
+    x = rng.standard_normal((4, 3))
+    (value, aux), g = tg.value_and_grad(f, has_aux=True)(params, x, 0.5)
+    assert set(g) == {"w", "b"}
+    assert g["w"].shape == (3, 2)
+    np.testing.assert_allclose(g["b"], fd_grad(lambda b: f({"w": params["w"], "b": b}, x, 0.5)[0],
+                                               [params["b"]], 0), rtol=1e-6)
+    np.testing.assert_allclose(aux["mean"], np.mean(np.tanh(x @ params["w"] + params["b"]) * 0.5))
+    # a different Python number does not retrace (it is a dynamic 0-d input)
+    before = tg.cache_info()["traces"]
+    tg.value_and_grad(f, has_aux=True)
+    gfun = tg.value_and_grad(f, has_aux=True)
+    gfun(params, x, 0.5)
+    gfun(params, x, 2.0)
+    assert tg.cache_info()["traces"] == before + 1
+
+
+def test_static_argnums_and_shape_only_control_flow():
+    def f(x, n, mode):
+        for _ in range(n):
+            x = np.sin(x)
+        if mode == "square":
+            x = x ** 2
+        if x.shape[0] > 2:          # shapes are known while tracing
+            x = x * 2.0
+        return np.sum(x)
+
+    x = rng.standard_normal(3)
+    g = tg.grad(f, static_argnums=(1, 2))
+    ref = fd_grad(lambda x: f(x, 2, "square"), [x], 0)
+    np.testing.assert_allclose(g(x, 2, "square"), ref, rtol=1e-6)
+    traces = tg.cache_info()["traces"]
+    g(x, 2, "square")
+    assert tg.cache_info()["traces"] == traces
+    g(x, 3, "square")
+    assert tg.cache_info()["traces"] == traces + 1
+    g2 = tg.grad(f, static_argnames=("mode",), static_argnums=(1,))
+    np.testing.assert_allclose(g2(x, 2, mode="square"), ref, rtol=1e-6)
+
+
+def test_retrace_exactly_when_signature_changes():
+    @tg.compile
+    def f(x):
+        return np.sum(np.exp(x))
+
+    f(np.ones(3))
+    info = tg.cache_info()
+    assert (info["traces"], info["compiles"]) == (1, 1)
+    for _ in range(5):
+        f(np.zeros(3))
+    assert tg.cache_info()["traces"] == 1
+    f(np.ones(4))                        # new shape
+    assert tg.cache_info()["traces"] == 2
+    f(np.ones(4, dtype=np.float32))      # new dtype
+    assert tg.cache_info()["traces"] == 3
+    assert tg.cache_info()["compiles"] == 3
+
+
+def test_value_dependent_control_flow_raises_trace_error():
+    def f(x):
+        if x.sum() > 0:
+            return np.sum(x)
+        return -np.sum(x)
+
+    with pytest.raises(tg.TraceError) as e:
+        tg.grad(f)(np.ones(3))
+    msg = str(e.value)
+    assert "test_compile.py" in msg and "if x.sum() > 0" in msg
+    assert "static_argnums" in msg and "np.where" in msg
+    assert isinstance(e.value, TypeError)
+
+
+def test_conversion_of_traced_value_raises_trace_error():
+    with pytest.raises(tg.TraceError, match="float"):
+        tg.compile(lambda x: float(np.sum(x)))(np.ones(2))
+    with pytest.raises(tg.TraceError, match="argument 'x'"):
+        tg.compile(lambda x: np.sum(x).item())(np.ones(2))
+
+
+def test_grad_of_non_scalar_and_int_inputs_errors():
+    with pytest.raises(TypeError, match="scalar output"):
+        tg.grad(lambda x: x * 2)(np.ones(3))
+    with pytest.raises(TypeError, match="floating-point"):
+        tg.grad(lambda x: np.sum(x * 2))(np.ones(3, dtype=np.int64))
+    with pytest.raises(TypeError, match="static_argnums"):
+        tg.compile(lambda x, s: x)(np.ones(2), object())
+
+
+def test_lower_exposes_graph_source_and_dot():
+    def f(w, x):
+        return np.sum(np.tanh(x @ w) ** 2)
+
+    w, x = rng.standard_normal((3, 2)), rng.standard_normal((4, 3))
+    low = tg.grad(f).lower(w, x)
+    g = low.graph
+    assert ir.validate(g)
+    ops = {g.nodes[v]["op"] for v in g.nodes}
+    assert {"matmul", "tanh", "sum", "input"} <= ops
+    src = low.source
+    assert "import numpy as np" in src and "tracegrad" not in src.split("import numpy")[1].split("def ")[0]
+    assert "np.matmul(x, w)" in src
+    assert "return np.sum(np.tanh(x @ w) ** 2)" in src      # the user's line, as a comment
+    assert "backward of" in src
+    # one statement per line
+    body = src.split("def value_and_grad")[1]
+    assert all(line.count(" = ") <= 1 for line in body.splitlines())
+    dot = low.dot()
+    assert dot.startswith("digraph") and "matmul" in dot and "->" in dot
+    assert "matmul" in low.text()
+
+
+def test_generated_source_is_registered_for_tracebacks():
+    f = tg.grad(lambda x: np.sum(np.log(x)))
+    f(np.ones(3))
+    fn = next(iter(f._fast.values())).fns
+    filename = fn.__code__.co_filename
+    assert linecache.getline(filename, fn.__code__.co_firstlineno).startswith("def value_and_grad")
+
+
+def test_graph_validator_runs_after_every_pass():
+    from tracegrad import adjoint, passes
+    low = tg.compile(mlp).lower(*PROGRAMS["mlp"][1]())
+    g = low.graph
+    passes.optimize(g, validate=True)
+    j = adjoint.reverse(g, [0, 1, 2, 3], seed="ones")
+    passes.optimize(j, validate=True)
+    h = adjoint.tangent(j, [0])
+    passes.optimize(h, validate=True)
+
+
+def test_simplification_passes():
+    from tracegrad import passes
+    from tracegrad.trace import Trace
+    from tracegrad.primitives import Aval
+    from tracegrad import ops
+
+    T = Trace()
+    x = T.new_input(Aval((3, 4), np.dtype("float64")), "x")
+    y = ops.mul(ops.add(ops.neg(ops.neg(x)), 0.0), 1.0)
+    z = ops.transpose(ops.transpose(y))
+    s = ops.sum(ops.broadcast_to(ops.reshape(ops.sum(z, axis=0), (1, 4)), (5, 4)), axis=0)
+    T.outputs = [z.id, s.id]
+    g = ir.from_trace(T)
+    passes.optimize(g, validate=True)
+    ops_left = sorted(g.nodes[v]["op"] for v in g.nodes)
+    # z is x itself; s is 5 * sum(x, axis=0)
+    assert g.graph["outputs"][0] == g.graph["inputs"][0]
+    assert "neg" not in ops_left and "transpose" not in ops_left and "broadcast_to" not in ops_left
+    from tracegrad.ir import eval_graph
+    X = rng.standard_normal((3, 4))
+    out, _ = eval_graph(g, [tg.tensor(X)])
+    np.testing.assert_allclose(out[1].numpy(), 5 * X.sum(0))
+
+
+def test_long_elementwise_chain_reuses_buffers():
+    def chain(x):
+        y = x
+        for _ in range(20):
+            y = np.sin(y) * 1.5 + 0.1
+        return np.sum(y)
+
+    src = tg.compile(chain).lower(np.ones(1000)).source
+    body = src.split("def forward")[1]
+    statements = [l.strip() for l in body.splitlines() if l.strip() and not l.strip().startswith("#")]
+    allocating = [l for l in statements if " = np." in l and "out=" not in l and "np.sum" not in l]
+    # 60 elementwise statements, but only the first allocates: the rest
+    # write into the buffer of a value that just died
+    assert len([l for l in statements if "out=" in l]) >= 55
+    assert len(allocating) <= 2, "\n".join(allocating)
+    x = rng.standard_normal(1000)
+    np.testing.assert_allclose(tg.compile(chain)(x), chain(x), rtol=1e-12)
+    np.testing.assert_allclose(tg.grad(chain)(x), _chain_grad_eager(chain, x), rtol=1e-10)
+
+
+def _chain_grad_eager(f, x):
+    t = tg.tensor(x, requires_grad=True)
+    f(t).backward()
+    return t.grad.numpy()
+
+
+# --- compiled calls on the eager tape ----------------------------------------------------
+
+def test_compiled_function_on_tensors_records_one_node():
+    cf = tg.compile(mlp)
+    args = PROGRAMS["mlp"][1]()
+    ts = [tg.tensor(a, requires_grad=i < 4) for i, a in enumerate(args)]
+    loss = cf(*ts)
+    assert isinstance(loss, tg.Tensor)
+    assert "Compiled" in loss.grad_fn.name()
+    assert all(nf is None or type(nf[0]).__name__ == "AccumulateGrad"
+               for nf in loss.grad_fn.next_functions)
+    seen = []
+    ts[0].register_hook(lambda g: seen.append(g) or g * 2)
+    (loss * 3).backward()
+    es = [tg.tensor(a, requires_grad=i < 4) for i, a in enumerate(args)]
+    (mlp(*es) * 3).backward()
+    assert len(seen) == 1
+    np.testing.assert_allclose(ts[0].grad.numpy(), 2 * es[0].grad.numpy(), rtol=1e-10)
+    for t, e in zip(ts[1:4], es[1:4]):
+        np.testing.assert_allclose(t.grad.numpy(), e.grad.numpy(), rtol=1e-10)
+
+
+def test_compiled_function_double_backward_matches_eager():
+    cf = tg.compile(lambda x: np.sum(np.exp(x) * np.sin(x)))
+    x = rng.standard_normal(4)
+    t = tg.tensor(x, requires_grad=True)
+    g, = tg.autograd.grad(cf(t), t, create_graph=True)
+    h, = tg.autograd.grad(g.sum(), t)
+    # d2/dx2 of e^x sin x = 2 e^x cos x
+    np.testing.assert_allclose(h.numpy(), 2 * np.exp(x) * np.cos(x), rtol=1e-10)
+
+
+def test_compiled_backward_twice_needs_retain_graph():
+    cf = tg.compile(lambda x: np.sum(x ** 3))
+    t = tg.tensor(np.ones(2), requires_grad=True)
+    y = cf(t)
+    y.backward()
+    with pytest.raises(RuntimeError, match="second time"):
+        y.backward()
