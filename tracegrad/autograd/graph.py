@@ -163,3 +163,40 @@ class saved_tensors_hooks:
     def __exit__(self, *exc):
         _saved_hooks.stack.pop()
         return False
+
+
+class save_on_cpu(saved_tensors_hooks):
+    """Saved-tensor hooks that keep what backward needs in host memory.
+
+    A tensor on the GPU (CuPy array) is copied to a NumPy array when it is
+    saved (into page-locked memory with ``pin_memory=True``) and copied back
+    to its device when backward reads it; NumPy tensors are already on the
+    host and are kept as they are.  The unpacked tensor keeps the original's
+    ``grad_fn``, so double backward still flows through it."""
+
+    def __init__(self, pin_memory=False, device_type="cuda"):
+        self.pin_memory = bool(pin_memory)
+
+        def pack(t):
+            data = t._data
+            if not type(data).__module__.startswith("cupy"):
+                return t
+            if self.pin_memory:
+                import cupyx
+                host = cupyx.empty_pinned(data.shape, data.dtype)
+                data.get(out=host)
+            else:
+                host = data.get()
+            return (data.device.id, host, t._requires_grad, t.grad_fn, t._output_nr, t._vbox)
+
+        def unpack(packed):
+            if type(packed) is not tuple:
+                return packed
+            from tracegrad.tensor import Tensor
+            import cupy
+            dev, host, requires_grad, grad_fn, output_nr, vbox = packed
+            with cupy.cuda.Device(dev):
+                data = cupy.asarray(host)
+            return Tensor(data, requires_grad, grad_fn, output_nr, vbox)
+
+        super().__init__(pack, unpack)
