@@ -272,7 +272,7 @@ class Compiled:
         return trace, out_tree, avals, backend
 
     def _key_parts(self, kind, trace, avals, statics, backend, wrt):
-        from tracegrad.codegen import templates_hash
+        from tracegrad.cache import templates_hash
         fn = self.fn
         return {
             "function": f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}",

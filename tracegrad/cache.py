@@ -36,6 +36,48 @@ _warned_readonly = set()
 _recent_keys: dict = {}     # function name -> [key parts] seen in this process
 
 
+TEMPLATE_DIRS = [
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "codegen_templates"),
+    # running from a source checkout: the top-level folder
+    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "codegen_templates"),
+]
+
+def template_dir():
+    for d in TEMPLATE_DIRS:
+        if os.path.isdir(d):
+            return d
+    raise FileNotFoundError("tracegrad's codegen_templates folder is missing from the installation")
+
+
+_GENERATOR_FILES = ("primitives.py", "trace.py", "ir.py", "adjoint.py", "passes.py",
+                    "codegen.py", "codegen_cuda.py", "runtime_numpy.py", "ops")
+_templates_hash = None
+
+
+def templates_hash() -> str:
+    """Hash of the templates and of the generator itself (the modules whose
+    code decides what is generated): part of every cache key."""
+    global _templates_hash
+    if _templates_hash is None:
+        h = hashlib.sha256()
+        pkg = os.path.dirname(os.path.abspath(__file__))
+        paths = [os.path.join(template_dir(), n) for n in sorted(os.listdir(template_dir()))]
+        for name in _GENERATOR_FILES:
+            p = os.path.join(pkg, name)
+            if os.path.isdir(p):
+                paths += [os.path.join(p, n) for n in sorted(os.listdir(p)) if n.endswith(".py")]
+            else:
+                paths.append(p)
+        for p in paths:
+            if os.path.isfile(p):
+                h.update(os.path.basename(p).encode())
+                with open(p, "rb") as f:
+                    h.update(f.read())
+        _templates_hash = h.hexdigest()[:16]
+    return _templates_hash
+
+
+
 def count(what, n=1):
     _stats[what] += n
 

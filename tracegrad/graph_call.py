@@ -52,7 +52,7 @@ class GraphFunction:
         return self._graph
 
     def _parts(self):
-        from tracegrad.codegen import templates_hash
+        from tracegrad.cache import templates_hash
         return {"function": self.name, "graph": self.key, "version": __version__,
                 "templates": templates_hash(), "transform": "graph"}
 
