@@ -58,10 +58,18 @@ def _write_user_module(folder, scale=1.0, helper_body="np.tanh(z)"):
         p.unlink()
 
 
+def _env(cache_dir):
+    """The child imports the same tracegrad as this test process."""
+    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(tg.__file__)))
+    path = os.pathsep.join(p for p in (pkg_parent, os.environ.get("PYTHONPATH")) if p)
+    return dict(os.environ, TRACEGRAD_CACHE_DIR=str(cache_dir), PYTHONDONTWRITEBYTECODE="1",
+                PYTHONPATH=path)
+
+
 def _run(folder, cache_dir, extra_env=None):
     script = folder / "runner.py"
     script.write_text(RUNNER.format(folder=str(folder)))
-    env = dict(os.environ, TRACEGRAD_CACHE_DIR=str(cache_dir), PYTHONDONTWRITEBYTECODE="1")
+    env = _env(cache_dir)
     env.update(extra_env or {})
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env,
                        timeout=120)
@@ -229,7 +237,7 @@ def test_eight_processes_compile_into_one_folder(tmp_path, cache_dir):
     _write_user_module(tmp_path)
     script = tmp_path / "runner.py"
     script.write_text(RUNNER.format(folder=str(tmp_path)))
-    env = dict(os.environ, TRACEGRAD_CACHE_DIR=str(cache_dir), PYTHONDONTWRITEBYTECODE="1")
+    env = _env(cache_dir)
     procs = [subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env=env) for _ in range(8)]
     v, g = _expected(1.0, tg.tanh)

@@ -1,0 +1,357 @@
+"""Side-by-side timings of tracegrad against hand-written NumPy and peers.
+
+Workloads (value and gradient unless said otherwise):
+  W1  Rosenbrock, x float64[16]
+  W2  sum(tanh(x)*exp(-y**2) + log1p(x**2)*sin(y)), x, y float64[1_000_000],
+      gradients for both (also peak memory, via tracemalloc)
+  W3  two-layer MLP loss (X 256x64, hidden 256, 10 outputs, tanh, MSE),
+      gradients for all four parameters
+  W4  full Hessian of logsumexp(A@x) + 0.5*sum(x**2), A 50x100
+  W5  a fresh process from start to the first W3 gradient, with an empty
+      cache and then with a warm disk cache
+
+Each is timed as a median over repeats and printed as a ratio to
+hand-written NumPy measured in the same run.  torch eager, jax.jit and HIPS
+autograd join when importable (install them in a separate environment; they
+are never tracegrad dependencies).
+
+    OPENBLAS_NUM_THREADS=1 python benchmarks/compare.py [--quick]
+"""
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import tracemalloc  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import tracegrad as tg  # noqa: E402
+
+
+def median_time(fn, min_time=0.3, max_repeats=2000, min_repeats=5):
+    fn()  # warm up (compiles, caches)
+    fn()
+    times = []
+    start = time.perf_counter()
+    while (len(times) < min_repeats or time.perf_counter() - start < min_time) \
+            and len(times) < max_repeats:
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def peak_memory(fn):
+    fn()
+    tracemalloc.start()
+    fn()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak
+
+
+def optional(name):
+    try:
+        return __import__(name)
+    except Exception:
+        return None
+
+
+torch = optional("torch")
+jax = optional("jax")
+hips = optional("autograd")
+if torch is not None:
+    torch.set_num_threads(1)
+if jax is not None:
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+
+
+# --- the workloads as users write them -------------------------------------------------
+
+def rosen(x):
+    return np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
+
+
+def rosen_by_hand(x):
+    a = x[1:] - x[:-1] ** 2
+    b = 1 - x[:-1]
+    f = np.sum(100.0 * a * a + b * b)
+    g = np.zeros_like(x)
+    g[:-1] = -400.0 * x[:-1] * a - 2.0 * b
+    g[1:] += 200.0 * a
+    return f, g
+
+
+def chain(x, y):
+    return np.sum(np.tanh(x) * np.exp(-y ** 2) + np.log1p(x ** 2) * np.sin(y))
+
+
+def chain_by_hand(x, y):
+    t = np.tanh(x)
+    e = np.exp(-y * y)
+    l1 = np.log1p(x * x)
+    s = np.sin(y)
+    f = np.sum(t * e + l1 * s)
+    gx = (1 - t * t) * e + 2 * x / (1 + x * x) * s
+    gy = -2 * y * t * e + l1 * np.cos(y)
+    return f, gx, gy
+
+
+def mlp(W1, b1, W2, b2, X, Y):
+    h = np.tanh(X @ W1 + b1)
+    return np.mean((h @ W2 + b2 - Y) ** 2)
+
+
+def mlp_by_hand(W1, b1, W2, b2, X, Y):
+    h = np.tanh(X @ W1 + b1)
+    r = h @ W2 + b2 - Y
+    f = np.mean(r * r)
+    d = (2.0 / r.size) * r
+    gW2 = h.T @ d
+    gb2 = d.sum(0)
+    dh = (d @ W2.T) * (1 - h * h)
+    return f, X.T @ dh, dh.sum(0), gW2, gb2
+
+
+def lse_quad(x, A):
+    z = A @ x
+    m = np.max(z)
+    return np.log(np.sum(np.exp(z - m))) + m + 0.5 * np.sum(x ** 2)
+
+
+def lse_quad_hessian_by_hand(x, A):
+    z = A @ x
+    p = np.exp(z - z.max())
+    p /= p.sum()
+    return A.T @ ((np.diag(p) - np.outer(p, p)) @ A) + np.eye(x.size)
+
+
+# --- rows -------------------------------------------------------------------------------------
+
+def row(name, base, entries):
+    out = {"workload": name, "numpy_s": base}
+    for k, t in entries.items():
+        out[k] = t / base if t is not None else None
+    return out
+
+
+def w1():
+    x = np.random.default_rng(0).standard_normal(16)
+    vg = tg.value_and_grad(rosen)
+    entries = {"tracegrad": median_time(lambda: vg(x))}
+    xt = tg.tensor(x, requires_grad=True)
+
+    def eager():
+        xt.grad = None
+        rosen(xt).backward()
+    entries["tracegrad eager"] = median_time(eager)
+    if torch is not None:
+        xtt = torch.tensor(x, requires_grad=True)
+
+        def te():
+            xtt.grad = None
+            y = torch.sum(100.0 * (xtt[1:] - xtt[:-1] ** 2) ** 2 + (1 - xtt[:-1]) ** 2)
+            y.backward()
+        entries["torch eager"] = median_time(te)
+    if jax is not None:
+        jf = jax.jit(jax.value_and_grad(lambda x: jnp.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2
+                                                          + (1 - x[:-1]) ** 2)))
+        xj = jnp.asarray(x)
+        entries["jax.jit"] = median_time(lambda: jax.block_until_ready(jf(xj)))
+    if hips is not None:
+        import autograd.numpy as anp
+        hf = hips.value_and_grad(lambda x: anp.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2
+                                                   + (1 - x[:-1]) ** 2))
+        entries["HIPS autograd"] = median_time(lambda: hf(x))
+    return row("W1 Rosenbrock grad [16]", median_time(lambda: rosen_by_hand(x)), entries)
+
+
+def w2(n):
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal(n), rng.standard_normal(n)
+    vg = tg.value_and_grad(chain, argnums=(0, 1))
+    base = median_time(lambda: chain_by_hand(x, y), min_time=1.0, max_repeats=30)
+    entries = {"tracegrad": median_time(lambda: vg(x, y), min_time=1.0, max_repeats=30)}
+    xt, yt = tg.tensor(x, requires_grad=True), tg.tensor(y, requires_grad=True)
+
+    def eager():
+        xt.grad = yt.grad = None
+        chain(xt, yt).backward()
+    entries["tracegrad eager"] = median_time(eager, min_time=1.0, max_repeats=20)
+    if torch is not None:
+        a, b = torch.tensor(x, requires_grad=True), torch.tensor(y, requires_grad=True)
+
+        def te():
+            a.grad = b.grad = None
+            torch.sum(torch.tanh(a) * torch.exp(-b ** 2) + torch.log1p(a ** 2) * torch.sin(b)).backward()
+        entries["torch eager"] = median_time(te, min_time=1.0, max_repeats=20)
+    if jax is not None:
+        jf = jax.jit(jax.value_and_grad(lambda x, y: jnp.sum(jnp.tanh(x) * jnp.exp(-y ** 2)
+                                                             + jnp.log1p(x ** 2) * jnp.sin(y)),
+                                        argnums=(0, 1)))
+        xj, yj = jnp.asarray(x), jnp.asarray(y)
+        entries["jax.jit"] = median_time(lambda: jax.block_until_ready(jf(xj, yj)),
+                                         min_time=1.0, max_repeats=30)
+    r = row(f"W2 elementwise chain [{n}]", base, entries)
+    r["peak_memory_ratio"] = peak_memory(lambda: vg(x, y)) / peak_memory(lambda: chain_by_hand(x, y))
+    return r
+
+
+def mlp_args():
+    rng = np.random.default_rng(0)
+    return (rng.standard_normal((64, 256)) * 0.1, np.zeros(256), rng.standard_normal((256, 10)) * 0.1,
+            np.zeros(10), rng.standard_normal((256, 64)), rng.standard_normal((256, 10)))
+
+
+def w3():
+    args = mlp_args()
+    vg = tg.value_and_grad(mlp, argnums=(0, 1, 2, 3))
+    entries = {"tracegrad": median_time(lambda: vg(*args))}
+    ts = [tg.tensor(a, requires_grad=i < 4) for i, a in enumerate(args)]
+
+    def eager():
+        for t in ts[:4]:
+            t.grad = None
+        mlp(*ts).backward()
+    entries["tracegrad eager"] = median_time(eager)
+    if torch is not None:
+        tt = [torch.tensor(a, requires_grad=i < 4) for i, a in enumerate(args)]
+
+        def te():
+            for t in tt[:4]:
+                t.grad = None
+            W1, b1, W2, b2, X, Y = tt
+            torch.mean((torch.tanh(X @ W1 + b1) @ W2 + b2 - Y) ** 2).backward()
+        entries["torch eager"] = median_time(te)
+    if jax is not None:
+        jf = jax.jit(jax.value_and_grad(
+            lambda W1, b1, W2, b2, X, Y: jnp.mean((jnp.tanh(X @ W1 + b1) @ W2 + b2 - Y) ** 2),
+            argnums=(0, 1, 2, 3)))
+        ja = [jnp.asarray(a) for a in args]
+        entries["jax.jit"] = median_time(lambda: jax.block_until_ready(jf(*ja)))
+    return row("W3 MLP grad", median_time(lambda: mlp_by_hand(*args)), entries)
+
+
+def w4():
+    rng = np.random.default_rng(0)
+    x, A = rng.standard_normal(100), rng.standard_normal((50, 100)) * 0.1
+    h = tg.hessian(lse_quad)
+    H = h(x, A)
+    np.testing.assert_allclose(H, lse_quad_hessian_by_hand(x, A), rtol=1e-8, atol=1e-10)
+    entries = {"tracegrad": median_time(lambda: h(x, A))}
+    if torch is not None:
+        At = torch.tensor(A)
+        xt = torch.tensor(x)
+        f = lambda x: torch.logsumexp(At @ x, 0) + 0.5 * torch.sum(x ** 2)  # noqa: E731
+        entries["torch functional"] = median_time(
+            lambda: torch.autograd.functional.hessian(f, xt), max_repeats=20)
+    if jax is not None:
+        jh = jax.jit(jax.hessian(lambda x, A: jax.nn.logsumexp(A @ x) + 0.5 * jnp.sum(x ** 2)))
+        xj, Aj = jnp.asarray(x), jnp.asarray(A)
+        entries["jax.jit"] = median_time(lambda: jax.block_until_ready(jh(xj, Aj)))
+    return row("W4 Hessian [100x100]", median_time(lambda: lse_quad_hessian_by_hand(x, A)), entries)
+
+
+W5_SCRIPT = """
+import time, sys
+t0 = time.perf_counter()
+import numpy as np
+import tracegrad as tg
+sys.path.insert(0, {here!r})
+from compare import mlp, mlp_args
+args = mlp_args()
+g = tg.value_and_grad(mlp, argnums=(0, 1, 2, 3))(*args)
+print(time.perf_counter() - t0)
+"""
+
+W5_NUMPY = """
+import time, sys
+t0 = time.perf_counter()
+import numpy as np
+sys.path.insert(0, {here!r})
+from compare import mlp_by_hand, mlp_args
+mlp_by_hand(*mlp_args())
+print(time.perf_counter() - t0)
+"""
+
+
+def _process_time(code, env, repeats=5):
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def w5():
+    here = os.path.dirname(os.path.abspath(__file__))
+    base_env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    numpy_t = _process_time(W5_NUMPY.format(here=here), base_env)
+    cold = []
+    for _ in range(3):
+        with tempfile.TemporaryDirectory() as d:
+            env = dict(base_env, TRACEGRAD_CACHE_DIR=d)
+            cold.append(_process_time(W5_SCRIPT.format(here=here), env, repeats=1))
+    with tempfile.TemporaryDirectory() as d:
+        env = dict(base_env, TRACEGRAD_CACHE_DIR=d)
+        _process_time(W5_SCRIPT.format(here=here), env, repeats=1)
+        warm = _process_time(W5_SCRIPT.format(here=here), env)
+    out = {"workload": "W5 fresh process to first W3 grad", "numpy_s": numpy_t,
+           "tracegrad cold cache": statistics.median(cold) / numpy_t,
+           "tracegrad warm cache": warm / numpy_t,
+           "cold_s": statistics.median(cold), "warm_s": warm}
+    return out
+
+
+def print_table(rows):
+    cols = []
+    for r in rows:
+        for k in r:
+            if k not in ("workload", "numpy_s", "cold_s", "warm_s") and k not in cols:
+                cols.append(k)
+    head = f"| {'workload':36s} | {'NumPy (s)':>10s} | " + " | ".join(f"{c:>16s}" for c in cols) + " |"
+    print(head)
+    print("|" + "-" * 38 + "|" + "-" * 12 + "|" + "|".join("-" * 18 for _ in cols) + "|")
+    for r in rows:
+        cells = []
+        for c in cols:
+            v = r.get(c)
+            cells.append(f"{v:16.2f}" if isinstance(v, float) else f"{'':16s}")
+        print(f"| {r['workload']:36s} | {r['numpy_s']:10.2e} | " + " | ".join(cells) + " |")
+    print("\nratios are time / hand-written NumPy time (lower is better); "
+          "peak_memory_ratio is tracemalloc peak / hand-written's")
+    for r in rows:
+        if "cold_s" in r:
+            print(f"W5 absolute: cold {r['cold_s']:.3f} s, warm {r['warm_s']:.3f} s, "
+                  f"NumPy alone {r['numpy_s']:.3f} s")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small W2 and no W5 (for a smoke test)")
+    ap.add_argument("--json", help="also write the rows to this file")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        os.environ["TRACEGRAD_CACHE_DIR"] = d
+        rows = [w1(), w2(10_000 if args.quick else 1_000_000), w3(), w4()]
+        if not args.quick:
+            rows.append(w5())
+    print_table(rows)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
