@@ -97,9 +97,10 @@ def def_elementwise(name, impl, partials, numpy, cuda=None, ufunc=None,
     ``vjp``/``jvp`` override the derived rules where a direct form is
     cheaper (e.g. add: the cotangent passes through unchanged)."""
     dv, dj = _partials_rules(partials)
+    if ufunc is None:  # guess from the emitter; pass ufunc=False for "not a ufunc"
+        ufunc = numpy.split("(")[0] if numpy.startswith("np.") else None
     return register(name, impl, shape=elementwise_shape(impl), vjp=vjp or dv, jvp=jvp or dj,
-                    numpy=numpy, cuda=cuda, ufunc=ufunc or (numpy.split("(")[0]
-                                                            if numpy.startswith("np.") else None),
+                    numpy=numpy, cuda=cuda, ufunc=ufunc or None,
                     save_out=save_out, save_inputs=save_inputs, helpers=helpers,
                     elementwise=True)
 
@@ -107,6 +108,64 @@ def def_elementwise(name, impl, partials, numpy, cuda=None, ufunc=None,
 def zeros_rule(g, out, *xs, **kw):
     """vjp/jvp of a piecewise-constant op: zero, shaped like the output."""
     return mul(g, 0.0)
+
+
+# --- forward mode, shared by eager helpers and the compiler's tangent pass -----
+
+def jvp_apply(prim, attrs, tangents, out, inputs):
+    """Tangent of ``prim``'s output(s) given one tangent per input (``None``
+    where zero).
+
+    Tuple-form rules give one contribution per input with a tangent; they
+    are summed.  A single callable rule receives the whole tuple.  Each
+    result is broadcast to its output's shape and cast to its float dtype,
+    so rules may return contributions in an input's shape.  Returns
+    ``None`` (or a tuple with ``None`` entries for multi-output prims) where
+    the tangent is identically zero."""
+    n_out = prim.num_outputs(attrs)
+    multi = callable(prim.n_out) or prim.n_out != 1
+    tangents = tuple(tangents)
+    if prim.nondiff or all(t is None for t in tangents):
+        return (None,) * n_out if multi else None
+    rule = prim.jvp
+    if rule is None:
+        raise NotImplementedError(
+            f"the primitive {prim.name!r} has no jvp rule, so it cannot be differentiated "
+            f"in forward mode; use reverse mode (grad/vjp) instead")
+    if type(rule) is tuple:
+        total = None
+        for i, t in enumerate(tangents):
+            r = rule[i] if i < len(rule) else None
+            if t is None or r is None:
+                continue
+            c = r(t, out, *inputs, **attrs)
+            if total is None:
+                total = c
+            elif multi:
+                total = tuple(b if a is None else a if b is None else add(a, b)
+                              for a, b in zip(total, c))
+            else:
+                total = add(total, c)
+    else:
+        total = rule(tangents, out, *inputs, **attrs)
+    if not multi:
+        return _fit_tangent(total, out)
+    total = (None,) * n_out if total is None else tuple(total)
+    return tuple(_fit_tangent(t, o) for t, o in zip(total, out))
+
+
+def _fit_tangent(t, out):
+    """Broadcast a tangent to its output's shape and cast it to its dtype."""
+    if t is None:
+        return None
+    oshape, odtype = tuple(out.shape), np.dtype(out.dtype)
+    if not hasattr(t, "shape"):  # a Python scalar contribution
+        t = add(zeros_like_value(out), t)
+    if tuple(t.shape) != oshape:
+        t = broadcast_to(t, oshape)
+    if np.issubdtype(odtype, np.inexact) and t.dtype != odtype:
+        t = astype(t, odtype)
+    return t
 
 
 # --- arithmetic ------------------------------------------------------------------
@@ -126,7 +185,8 @@ mul_p = def_elementwise(
     (lambda out, x, y: y, lambda out, x, y: x), "np.multiply({0}, {1})", "({0} * {1})")
 div_p = def_elementwise(
     "div", lambda xp, x, y: xp.true_divide(x, y),
-    (lambda out, x, y: reciprocal(y), lambda out, x, y: neg(div(div(x, y), y))),
+    # 1.0 / y, not reciprocal(y): an integer divisor must give a float slope
+    (lambda out, x, y: div(1.0, y), lambda out, x, y: neg(div(div(x, y), y))),
     "np.true_divide({0}, {1})", "({0} / {1})",
     vjp=(lambda g, out, x, y: div(g, y), lambda g, out, x, y: neg(div(mul(g, div(x, y)), y))))
 neg_p = def_elementwise(
@@ -430,13 +490,18 @@ def logical_not(x, **kw):
     return bind(logical_not_p, x)
 
 
-@method("where")
 @implements(np.where)
 def where(condition, x=None, y=None):
     if x is None and y is None:
         from tracegrad.ops import nonzero
         return nonzero(condition)
     return bind(where_p, condition, x, y)
+
+
+@method("where")
+def _where_method(self, condition, other):
+    """torch's ``x.where(condition, y)``: x where condition holds, else y."""
+    return bind(where_p, condition, self, other)
 
 
 def astype(x, dtype):

@@ -1,0 +1,731 @@
+"""Linear algebra: products, contractions and np.linalg.
+
+Rows: einsum, inv, solve, det, slogdet, cholesky, eigh, svd (matmul lives in
+base).  dot, vdot, inner, outer, tensordot, kron, cross, trace, diagonal,
+diag, triu, tril, norm, pinv and matrix_power are compositions, so their
+gradients come from the rows they use.  The matrix rules follow the standard
+results (Giles 2008 for inv/det/solve, Murray 2016 for cholesky, Townsend
+2016 for svd); rules for eigh and svd are exact for distinct eigen/singular
+values and, like torch's, infinite where two coincide.
+"""
+from __future__ import annotations
+
+import builtins as _builtins
+import collections
+import string
+
+import numpy as np
+
+from tracegrad.primitives import Aval, bind, register, broadcast_shapes, result_dtype
+from tracegrad.ops._define import method, implements, axis_arg, norm_axes, _ops
+from tracegrad.ops.base import (add, sub, mul, div, neg, matmul, swapaxes, reshape, transpose,
+                                sum, where, equal, stop_gradient, astype, broadcast_to,
+                                is_value, shape_of, shape_by_eval, _reduced_shape)
+from tracegrad.ops.elementwise import abs, sqrt, reciprocal, square
+from tracegrad.ops.reductions import amax, amin
+from tracegrad.ops.shape import moveaxis, expand_dims, ravel, stack
+from tracegrad.ops.indexing import getitem, index_add
+
+__all__ = ["einsum", "inv", "inverse", "solve", "det", "slogdet", "cholesky", "eigh", "svd",
+           "pinv", "norm", "matrix_power", "dot", "vdot", "inner", "outer", "tensordot", "kron",
+           "cross", "trace", "diagonal", "diag", "triu", "tril", "bmm", "mv", "addmm"]
+
+
+def _mT(x):
+    return swapaxes(x, -1, -2)
+
+
+def _diag_embed(v):
+    """(..., k) -> (..., k, k) with v on the diagonal."""
+    k = shape_of(v)[-1]
+    return mul(expand_dims(v, -1), np.eye(k, dtype=v.dtype))
+
+
+def _diag_part(x):
+    return diagonal(x, 0, -2, -1)
+
+
+def _gap_inverse(w):
+    """F[..., i, j] = 1 / (w_j - w_i) off the diagonal, 0 on it."""
+    k = shape_of(w)[-1]
+    eye = np.eye(k, dtype=bool)
+    gap = sub(expand_dims(w, -2), expand_dims(w, -1))
+    return where(eye, 0.0, reciprocal(where(eye, 1.0, gap)))
+
+
+def _square_check(name, x):
+    s = shape_of(x)
+    if len(s) < 2 or s[-1] != s[-2]:
+        raise np.linalg.LinAlgError(
+            f"{name}: expected a square matrix (or a stack of them) in the last two "
+            f"dimensions, got shape {list(s)}")
+
+
+def _float_dtype(*avals):
+    dt = result_dtype(*avals)
+    return dt if dt.kind == "f" else np.dtype(np.float64)
+
+
+# --- einsum -----------------------------------------------------------------------------------
+
+def _einsum_parts(subscripts):
+    lhs, rhs = subscripts.split("->")
+    return lhs.split(","), rhs
+
+
+def _einsum_vjp(g, out, *xs, subscripts):
+    ins, rhs = _einsum_parts(subscripts)
+    used = set(subscripts) - set(",->")
+    cts = []
+    for i, s_i in enumerate(ins):
+        others = [s for j, s in enumerate(ins) if j != i]
+        other_ops = [x for j, x in enumerate(xs) if j != i]
+        avail = set(rhs).union(*others)
+        uniq = list(dict.fromkeys(s_i))
+        present = "".join(c for c in uniq if c in avail)
+        r = einsum(",".join([rhs] + others) + "->" + present, g, *other_ops)
+        if present == s_i:
+            cts.append(r)
+            continue
+        # letters repeated in s_i (a diagonal) get a fresh letter tied by an
+        # identity; letters summed only inside x_i broadcast back by ones
+        fresh = (c for c in string.ascii_letters if c not in used)
+        terms, operands, out_letters, seen = [present], [r], [], set()
+        size = dict(zip(s_i, xs[i].shape))
+        for pos, c in enumerate(s_i):
+            if c in seen:
+                f = next(fresh)
+                out_letters.append(f)
+                terms.append(c + f)
+                operands.append(np.eye(xs[i].shape[pos], dtype=g.dtype))
+            else:
+                seen.add(c)
+                out_letters.append(c)
+        for c in uniq:
+            if c not in avail:
+                terms.append(c)
+                operands.append(np.ones(size[c], dtype=g.dtype))
+        cts.append(einsum(",".join(terms) + "->" + "".join(out_letters), *operands))
+    return tuple(cts)
+
+
+def _einsum_jvp(ts, out, *xs, subscripts):
+    total = None
+    for i, t in enumerate(ts):
+        if t is None:
+            continue
+        ops = list(xs)
+        ops[i] = t
+        c = einsum(subscripts, *ops)  # multilinear: one term per operand
+        total = c if total is None else add(total, c)
+    return total
+
+
+einsum_p = register(
+    "einsum", lambda xp, *xs, subscripts: xp.einsum(subscripts, *xs),
+    shape=shape_by_eval(lambda xp, *xs, subscripts: xp.einsum(subscripts, *xs)),
+    vjp=_einsum_vjp, jvp=_einsum_jvp,
+    numpy=lambda names, subscripts: f"np.einsum({subscripts!r}, {', '.join(names)})")
+
+
+def _normalize_einsum(subscripts, shapes):
+    """Explicit form without '...': 'ij,jk' -> 'ij,jk->ik'."""
+    s = subscripts.replace(" ", "")
+    lhs, rhs = s.split("->") if "->" in s else (s, None)
+    ins = lhs.split(",")
+    if len(ins) != len(shapes):
+        raise ValueError(f"einsum: the subscripts {subscripts!r} name {len(ins)} operands but "
+                         f"{len(shapes)} were given")
+    used = {c for c in s if c.isalpha()}
+    free = (c for c in string.ascii_letters if c not in used)
+    n_ell = _builtins.max([len(sh) - (len(t) - 3) for t, sh in zip(ins, shapes) if "..." in t],
+                          default=0)
+    ell = "".join(next(free) for _ in range(n_ell))
+    new_ins = []
+    for t, sh in zip(ins, shapes):
+        if "..." in t:
+            k = len(sh) - (len(t) - 3)
+            t = t.replace("...", ell[n_ell - k:])
+        if len(t) != len(sh):
+            raise ValueError(f"einsum: operand subscripts {t!r} do not match an operand of "
+                             f"shape {list(sh)}")
+        new_ins.append(t)
+    if rhs is None:
+        counts = collections.Counter("".join(new_ins))
+        rhs = ell + "".join(sorted(c for c, n in counts.items() if n == 1 and c not in ell))
+    else:
+        rhs = rhs.replace("...", ell)
+    return ",".join(new_ins) + "->" + rhs
+
+
+@implements(np.einsum)
+def einsum(subscripts, *operands, out=None, optimize=False, **kw):
+    """Einstein summation (string subscripts, '...' allowed)."""
+    if not isinstance(subscripts, str):
+        raise TypeError("einsum: pass the subscripts as a string, e.g. einsum('ij,jk->ik', a, b)")
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])  # torch.einsum(eq, [a, b])
+    ops = [x if is_value(x) or isinstance(x, np.ndarray) else np.asarray(x) for x in operands]
+    spec = _normalize_einsum(subscripts, [shape_of(x) for x in ops])
+    return bind(einsum_p, *ops, subscripts=spec)
+
+
+# --- inverse, solve, determinants ---------------------------------------------------------------
+
+inv_p = register(
+    "inv", lambda xp, a: xp.linalg.inv(a),
+    shape=lambda a: Aval(a.shape, _float_dtype(a)),
+    # d(A^-1) = -A^-1 dA A^-1
+    vjp=(lambda g, out, a: neg(matmul(_mT(out), matmul(g, _mT(out)))),),
+    jvp=(lambda t, out, a: neg(matmul(out, matmul(t, out))),),
+    numpy="np.linalg.inv({0})", save_out=True, save_inputs=False)
+
+
+def _solve_shape(a, b):
+    if len(b.shape) == 1:
+        return Aval(broadcast_shapes(a.shape[:-2]) + (a.shape[-1],), _float_dtype(a, b))
+    return Aval(broadcast_shapes(a.shape[:-2], b.shape[:-2]) + tuple(b.shape[-2:]),
+                _float_dtype(a, b))
+
+
+def _as_mat(x, vector):
+    return expand_dims(x, -1) if vector else x
+
+
+def _solve_vjp_b(g, out, a, b):
+    vec = len(b.shape) == 1
+    gb = bind(solve_p, _mT(a), _as_mat(g, vec))
+    return gb[..., 0] if vec else gb
+
+
+def _solve_vjp_a(g, out, a, b):
+    # dA = -A^-T g x^T
+    vec = len(b.shape) == 1
+    gb = bind(solve_p, _mT(a), _as_mat(g, vec))
+    return neg(matmul(gb, _mT(_as_mat(out, vec))))
+
+
+def _solve_jvp_a(t, out, a, b):
+    vec = len(b.shape) == 1
+    r = neg(bind(solve_p, a, matmul(t, _as_mat(out, vec))))
+    return r[..., 0] if vec else r
+
+
+solve_p = register(
+    "solve", lambda xp, a, b: xp.linalg.solve(a, b), shape=_solve_shape,
+    vjp=(_solve_vjp_a, _solve_vjp_b),
+    jvp=(_solve_jvp_a, lambda t, out, a, b: bind(solve_p, a, t)),
+    numpy="np.linalg.solve({0}, {1})", save_out=True)
+
+
+def _inv_T(a):
+    return _mT(inv(a))
+
+
+det_p = register(
+    "det", lambda xp, a: xp.linalg.det(a),
+    shape=lambda a: Aval(a.shape[:-2], _float_dtype(a)),
+    # d det = det * tr(A^-1 dA)
+    vjp=(lambda g, out, a: mul(expand_dims(mul(g, out), (-1, -2)), _inv_T(a)),),
+    jvp=(lambda t, out, a: mul(out, sum(mul(_inv_T(a), t), axis=(-2, -1))),),
+    numpy="np.linalg.det({0})", save_out=True)
+
+
+def _slogdet_vjp(g, out, a):
+    gsign, glog = g  # the sign is piecewise constant: no gradient
+    if glog is None:
+        return (None,)
+    return (mul(expand_dims(glog, (-1, -2)), _inv_T(a)),)
+
+
+slogdet_p = register(
+    "slogdet", lambda xp, a: tuple(xp.linalg.slogdet(a)),
+    shape=lambda a: (Aval(a.shape[:-2], _float_dtype(a)), Aval(a.shape[:-2], _float_dtype(a))),
+    n_out=2, vjp=_slogdet_vjp,
+    jvp=lambda ts, out, a: (None, sum(mul(_inv_T(a), ts[0]), axis=(-2, -1))),
+    numpy="tuple(np.linalg.slogdet({0}))")
+
+
+# --- factorizations -------------------------------------------------------------------------------
+
+def _phi(x):
+    """Lower triangle with the diagonal halved."""
+    n = shape_of(x)[-1]
+    return mul(x, np.tril(np.ones((n, n)), -1) + 0.5 * np.eye(n))
+
+
+def _sym(x):
+    return mul(add(x, _mT(x)), 0.5)
+
+
+def _cholesky_vjp(g, out, a):
+    # Murray (2016): A_bar = L^-T Phi(L^T L_bar) L^-1, symmetrised
+    linv = inv(out)
+    return _sym(matmul(_mT(linv), matmul(_phi(matmul(_mT(out), g)), linv)))
+
+
+def _cholesky_jvp(t, out, a):
+    linv = inv(out)
+    return matmul(out, _phi(matmul(linv, matmul(t, _mT(linv)))))
+
+
+cholesky_p = register(
+    "cholesky", lambda xp, a: xp.linalg.cholesky(a),
+    shape=lambda a: Aval(a.shape, _float_dtype(a)),
+    vjp=(_cholesky_vjp,), jvp=(_cholesky_jvp,),
+    numpy="np.linalg.cholesky({0})", save_out=True, save_inputs=False)
+
+
+def _eigh_vjp(g, out, a):
+    # A_bar = V (diag(w_bar) + F * (V^T V_bar)) V^T
+    gw, gv = g
+    w, v = out
+    inner = None
+    if gw is not None:
+        inner = _diag_embed(gw)
+    if gv is not None:
+        term = mul(_gap_inverse(w), matmul(_mT(v), gv))
+        inner = term if inner is None else add(inner, term)
+    if inner is None:
+        return (None,)
+    return (matmul(v, matmul(inner, _mT(v))),)
+
+
+def _eigh_jvp(ts, out, a):
+    w, v = out
+    p = matmul(_mT(v), matmul(ts[0], v))
+    return _diag_part(p), matmul(v, mul(_gap_inverse(w), p))
+
+
+eigh_p = register(
+    "eigh", lambda xp, a: tuple(xp.linalg.eigh(a)),
+    shape=lambda a: (Aval(a.shape[:-1], _float_dtype(a)), Aval(a.shape, _float_dtype(a))),
+    n_out=2, vjp=_eigh_vjp, jvp=_eigh_jvp,
+    numpy="tuple(np.linalg.eigh({0}))", save_out=True, save_inputs=False)
+
+
+def _svd_vjp(g, out, a):
+    gu, gs, gvh = g
+    u, s, vh = out
+    v = _mT(vh)
+    f = _gap_inverse(square(s))
+    sinv = reciprocal(s)
+    smat = _diag_embed(s)
+    inner = None if gs is None else _diag_embed(gs)
+    extra = None
+    if gu is not None:
+        utgu = matmul(_mT(u), gu)
+        j = matmul(mul(f, sub(utgu, _mT(utgu))), smat)
+        inner = j if inner is None else add(inner, j)
+        # (I - U U^T) U_bar S^-1 V^T
+        extra = matmul(mul(sub(gu, matmul(u, utgu)), expand_dims(sinv, -2)), vh)
+    if gvh is not None:
+        gv = _mT(gvh)
+        vtgv = matmul(vh, gv)
+        k = matmul(smat, mul(f, sub(vtgv, _mT(vtgv))))
+        inner = k if inner is None else add(inner, k)
+        # U S^-1 V_bar^T (I - V V^T)
+        e = matmul(u, mul(expand_dims(sinv, -1), _mT(sub(gv, matmul(v, vtgv)))))
+        extra = e if extra is None else add(extra, e)
+    total = None if inner is None else matmul(u, matmul(inner, vh))
+    if extra is not None:
+        total = extra if total is None else add(total, extra)
+    return (total,)
+
+
+def _svd_jvp(ts, out, a):
+    t = ts[0]
+    u, s, vh = out
+    v = _mT(vh)
+    f = _gap_inverse(square(s))
+    sinv = reciprocal(s)
+    smat = _diag_embed(s)
+    p = matmul(_mT(u), matmul(t, v))
+    ds = _diag_part(p)
+    du = add(matmul(u, mul(f, add(matmul(p, smat), matmul(smat, _mT(p))))),
+             mul(sub(matmul(t, v), matmul(u, p)), expand_dims(sinv, -2)))
+    dv = add(matmul(v, mul(f, add(matmul(smat, p), matmul(_mT(p), smat)))),
+             mul(sub(matmul(_mT(t), u), matmul(v, _mT(p))), expand_dims(sinv, -2)))
+    return du, ds, _mT(dv)
+
+
+def _svd_shape(a):
+    m, n = a.shape[-2:]
+    k = _builtins.min(m, n)
+    b, dt = tuple(a.shape[:-2]), _float_dtype(a)
+    return Aval(b + (m, k), dt), Aval(b + (k,), dt), Aval(b + (k, n), dt)
+
+
+svd_p = register(
+    "svd", lambda xp, a: tuple(xp.linalg.svd(a, full_matrices=False)), shape=_svd_shape,
+    n_out=3, vjp=_svd_vjp, jvp=_svd_jvp,
+    numpy="tuple(np.linalg.svd({0}, full_matrices=False))", save_out=True, save_inputs=False)
+
+
+# --- np.linalg functions ------------------------------------------------------------------------
+
+@method("inverse")
+@implements(np.linalg.inv)
+def inv(a):
+    """Matrix inverse (batched over leading dimensions)."""
+    _square_check("inv", a)
+    return bind(inv_p, a)
+
+
+inverse = inv
+
+
+@implements(np.linalg.solve)
+def solve(a, b):
+    """x with a @ x = b (b a vector when 1-D, else a stack of matrices)."""
+    _square_check("solve", a)
+    sa, sb = shape_of(a), shape_of(b)
+    rows = sb[0] if len(sb) == 1 else sb[-2] if len(sb) >= 2 else None
+    if rows != sa[-1]:
+        raise ValueError(f"solve: a of shape {list(sa)} cannot solve for b of shape {list(sb)} "
+                         f"(b needs {sa[-1]} rows)")
+    return bind(solve_p, a, b)
+
+
+@method("det")
+@implements(np.linalg.det)
+def det(a):
+    _square_check("det", a)
+    return bind(det_p, a)
+
+
+@method("slogdet")
+@implements(np.linalg.slogdet)
+def slogdet(a):
+    """(sign, log|det|); only log|det| carries a gradient."""
+    _square_check("slogdet", a)
+    return bind(slogdet_p, a)
+
+
+@method("cholesky")
+@implements(np.linalg.cholesky)
+def cholesky(a, upper=False):
+    """Lower Cholesky factor L with a = L L^T (the gradient is symmetric)."""
+    _square_check("cholesky", a)
+    low = bind(cholesky_p, a)
+    return _mT(low) if upper else low
+
+
+@implements(np.linalg.eigh)
+def eigh(a, UPLO="L"):
+    """Eigenvalues (ascending) and eigenvectors of a symmetric matrix."""
+    _square_check("eigh", a)
+    if UPLO != "L":
+        raise NotImplementedError("eigh: only UPLO='L' (the NumPy default) is supported")
+    return bind(eigh_p, a)
+
+
+@implements(np.linalg.svd)
+def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
+    """Thin SVD (U, S, Vh).  full_matrices=True is not supported (its extra
+    columns have no gradient); pass full_matrices=False."""
+    if len(shape_of(a)) < 2:
+        raise np.linalg.LinAlgError(f"svd: expected a matrix, got shape {list(shape_of(a))}")
+    if full_matrices and compute_uv and _builtins.min(shape_of(a)[-2:]) != _builtins.max(shape_of(a)[-2:]):
+        raise NotImplementedError("svd(full_matrices=True) of a non-square matrix is not "
+                                  "supported by tracegrad; pass full_matrices=False")
+    u, s, vh = bind(svd_p, a)
+    return (u, s, vh) if compute_uv else s
+
+
+@implements(np.linalg.pinv)
+def pinv(a, rcond=None, hermitian=False, *, rtol=None):
+    """Moore-Penrose pseudo-inverse through the SVD; singular values below
+    rcond * largest are treated as zero."""
+    sh = shape_of(a)
+    if rcond is None and rtol is None:
+        rcond = _builtins.max(sh[-2:]) * np.finfo(_float_dtype(Aval(sh, a.dtype))).eps
+    rcond = rtol if rcond is None else rcond
+    u, s, vh = bind(svd_p, a)
+    cutoff = stop_gradient(mul(amax(s, axis=-1, keepdims=True), rcond))
+    keep = _ops.greater(stop_gradient(s), cutoff)
+    sinv = where(keep, reciprocal(where(keep, s, 1.0)), 0.0)
+    return matmul(_mT(vh), mul(expand_dims(sinv, -1), _mT(u)))
+
+
+method("pinverse")(lambda a, rcond=1e-15: pinv(a, rcond))
+
+
+@method("matrix_power")
+@implements(np.linalg.matrix_power)
+def matrix_power(a, n):
+    """a @ a @ ... (n times) by repeated squaring; n < 0 uses the inverse."""
+    _square_check("matrix_power", a)
+    n = int(n)
+    if n == 0:
+        k = shape_of(a)[-1]
+        return add(mul(a, 0.0), np.eye(k, dtype=a.dtype))
+    if n < 0:
+        a, n = inv(a), -n
+    result, base = None, a
+    while n:
+        if n & 1:
+            result = base if result is None else matmul(result, base)
+        n >>= 1
+        if n:
+            base = matmul(base, base)
+    return result
+
+
+def _safe_sqrt(s):
+    """sqrt with a zero (not NaN) gradient at 0, so norm(0) has gradient 0 as in torch."""
+    zero = equal(s, 0)
+    return where(zero, 0.0, sqrt(where(zero, 1.0, s)))
+
+
+def _vector_norm(x, ord, axes, keepdims):
+    if ord is None or ord == 2:
+        r = _safe_sqrt(sum(square(x), axis=axes, keepdims=True))
+    elif ord == np.inf:
+        r = amax(abs(x), axis=axes, keepdims=True)
+    elif ord == -np.inf:
+        r = amin(abs(x), axis=axes, keepdims=True)
+    elif ord == 0:
+        r = sum(astype(_ops.not_equal(x, 0), x.dtype), axis=axes, keepdims=True)
+    elif ord == 1:
+        r = sum(abs(x), axis=axes, keepdims=True)
+    elif isinstance(ord, str):
+        raise ValueError(f"norm: ord={ord!r} is a matrix norm; give two axes for it")
+    else:
+        r = _ops.pow(sum(_ops.pow(abs(x), ord), axis=axes, keepdims=True), 1.0 / ord)
+    return r if keepdims else reshape(r, _reduced_shape(tuple(shape_of(x)), axes, False))
+
+
+def _matrix_norm(x, ord, axes, keepdims):
+    r0, c0 = axes
+    if ord is None or ord == "fro":
+        return _vector_norm(x, None, tuple(sorted(axes)), keepdims)
+    if ord in ("nuc", 2, -2):
+        m = moveaxis(x, (r0, c0), (-2, -1))
+        s = bind(svd_p, m)[1]
+        r = sum(s, axis=-1) if ord == "nuc" else amax(s, axis=-1) if ord == 2 else amin(s, axis=-1)
+    elif ord in (1, -1, np.inf, -np.inf):
+        # 1: largest column sum (sum over rows); inf: largest row sum
+        over, pick = (r0, c0) if ord in (1, -1) else (c0, r0)
+        sums = sum(abs(x), axis=over, keepdims=True)
+        r = amax(sums, axis=pick, keepdims=True) if ord > 0 else amin(sums, axis=pick,
+                                                                       keepdims=True)
+        r = reshape(r, _reduced_shape(tuple(shape_of(x)), tuple(sorted(axes)), False))
+    else:
+        raise ValueError(f"norm: invalid norm order {ord!r} for matrices")
+    if keepdims:
+        r = reshape(r, _reduced_shape(tuple(shape_of(x)), tuple(sorted(axes)), True))
+    return r
+
+
+@implements(np.linalg.norm)
+def norm(x, ord=None, axis=None, keepdims=False):
+    """np.linalg.norm: vector norms along one axis, matrix norms over two
+    (ord None/'fro', 'nuc', 1, -1, 2, -2, inf, -inf)."""
+    nd = len(shape_of(x))
+    x = x if np.dtype(getattr(x, "dtype", np.float64)).kind == "f" else astype(x, np.float64)
+    if axis is None:
+        if ord is None:
+            return _vector_norm(x, None, tuple(range(nd)), keepdims)
+        if nd == 1:
+            return _vector_norm(x, ord, (0,), keepdims)
+        if nd == 2:
+            return _matrix_norm(x, ord, (0, 1), keepdims)
+        raise ValueError("norm: improper number of dimensions to norm (give axis=)")
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    axes = tuple(int(a) % nd for a in axes)
+    if len(axes) == 1:
+        return _vector_norm(x, ord, axes, keepdims)
+    if len(axes) == 2:
+        return _matrix_norm(x, ord, axes, keepdims)
+    raise ValueError("norm: improper number of dimensions to norm")
+
+
+@method("norm")
+def _norm_method(x, p="fro", dim=None, keepdim=False, dtype=None):
+    """torch's norm: p='fro' is the 2-norm; a numeric p is a vector norm over dim (all when None)."""
+    if dtype is not None:
+        x = astype(x, dtype)
+    nd = len(shape_of(x))
+    axes = norm_axes(dim, nd)
+    if p == "fro":
+        p = None
+    if p == "nuc":
+        return _matrix_norm(x, "nuc", axes, keepdim)
+    return _vector_norm(x, p, axes, keepdim)
+
+
+# --- products ------------------------------------------------------------------------------------
+
+@implements(np.tensordot)
+def tensordot(a, b, axes=2, *, dims=None):
+    """Contract a's ``axes[0]`` with b's ``axes[1]`` (or the last/first n axes)."""
+    if dims is not None:
+        axes = dims
+    sa, sb = shape_of(a), shape_of(b)
+    if isinstance(axes, (int, np.integer)):
+        n = int(axes)
+        ax_a, ax_b = list(range(len(sa) - n, len(sa))), list(range(n))
+    else:
+        ax_a, ax_b = axes
+        ax_a = [ax_a] if isinstance(ax_a, (int, np.integer)) else list(ax_a)
+        ax_b = [ax_b] if isinstance(ax_b, (int, np.integer)) else list(ax_b)
+    ax_a = [int(i) % len(sa) for i in ax_a]
+    ax_b = [int(i) % len(sb) for i in ax_b]
+    for i, j in zip(ax_a, ax_b):
+        if sa[i] != sb[j]:
+            raise ValueError(f"tensordot: shape mismatch for sum: a{list(sa)} axis {i} "
+                             f"has {sa[i]} but b{list(sb)} axis {j} has {sb[j]}")
+    free_a = [i for i in range(len(sa)) if i not in ax_a]
+    free_b = [j for j in range(len(sb)) if j not in ax_b]
+    k = int(np.prod([sa[i] for i in ax_a]))
+    am = reshape(transpose(a, tuple(free_a + ax_a)), (-1, k))
+    bm = reshape(transpose(b, tuple(ax_b + free_b)), (k, -1))
+    return reshape(matmul(am, bm), tuple(sa[i] for i in free_a) + tuple(sb[j] for j in free_b))
+
+
+@method("dot")
+@implements(np.dot)
+def dot(a, b, out=None):
+    """np.dot: products for scalars, matmul up to 2-D, else a sum over a's
+    last and b's second-to-last axis."""
+    na, nb = len(shape_of(a)), len(shape_of(b))
+    if na == 0 or nb == 0:
+        return mul(a, b)
+    if na <= 2 and nb <= 2:
+        return matmul(a, b)
+    return tensordot(a, b, ([-1], [0 if nb == 1 else -2]))
+
+
+@implements(np.vdot)
+def vdot(a, b):
+    return sum(mul(ravel(a), ravel(b)))
+
+
+@method("inner")
+@implements(np.inner)
+def inner(a, b):
+    if len(shape_of(a)) == 0 or len(shape_of(b)) == 0:
+        return mul(a, b)
+    return tensordot(a, b, ([-1], [-1]))
+
+
+@method("outer", "ger")
+@implements(np.outer)
+def outer(a, b, out=None):
+    return mul(reshape(ravel(a), (-1, 1)), ravel(b))
+
+
+@method("kron")
+@implements(np.kron)
+def kron(a, b):
+    """Kronecker product: interleave the axes of a and b, then merge pairs."""
+    sa, sb = shape_of(a), shape_of(b)
+    nd = _builtins.max(len(sa), len(sb))
+    sa, sb = (1,) * (nd - len(sa)) + sa, (1,) * (nd - len(sb)) + sb
+    ai = reshape(a, tuple(d for x in sa for d in (x, 1)))
+    bi = reshape(b, tuple(d for x in sb for d in (1, x)))
+    return reshape(mul(ai, bi), tuple(x * y for x, y in zip(sa, sb)))
+
+
+@method("cross")
+@implements(np.cross)
+def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None, *, dim=None):
+    """Cross product of 3-vectors along an axis."""
+    if dim is not None:
+        axis = dim
+    if axis is not None:
+        axisa = axisb = axisc = axis
+    a, b = moveaxis(a, axisa, -1), moveaxis(b, axisb, -1)
+    if shape_of(a)[-1] != 3 or shape_of(b)[-1] != 3:
+        raise ValueError(f"cross: both operands need length 3 along the axis; got shapes "
+                         f"{list(shape_of(a))} and {list(shape_of(b))}")
+    a0, a1, a2 = (a[..., i] for i in range(3))
+    b0, b1, b2 = (b[..., i] for i in range(3))
+    c = stack([sub(mul(a1, b2), mul(a2, b1)), sub(mul(a2, b0), mul(a0, b2)),
+               sub(mul(a0, b1), mul(a1, b0))], axis=-1)
+    return moveaxis(c, -1, axisc)
+
+
+@implements(np.diagonal)
+def diagonal(x, offset=0, axis1=0, axis2=1, *, dim1=None, dim2=None):
+    """The diagonal at ``offset`` of the (axis1, axis2) planes, as the last axis."""
+    axis1 = axis1 if dim1 is None else dim1
+    axis2 = axis2 if dim2 is None else dim2
+    m = moveaxis(x, (axis1, axis2), (-2, -1))
+    r, c = shape_of(m)[-2:]
+    r0, c0 = _builtins.max(-offset, 0), _builtins.max(offset, 0)
+    n = _builtins.max(0, _builtins.min(r - r0, c - c0))
+    return getitem(m, (Ellipsis, np.arange(r0, r0 + n), np.arange(c0, c0 + n)))
+
+
+method("diagonal")(lambda x, offset=0, dim1=0, dim2=1: diagonal(x, offset, dim1, dim2))
+
+
+@method("trace")
+@implements(np.trace)
+def trace(x, offset=0, axis1=0, axis2=1, dtype=None, out=None):
+    return sum(diagonal(x, offset, axis1, axis2), axis=-1, dtype=dtype)
+
+
+@method("diag")
+@implements(np.diag)
+def diag(v, k=0, *, diagonal=None):
+    """1-D: a matrix with v on diagonal k.  2-D: its k-th diagonal."""
+    if diagonal is not None:
+        k = diagonal
+    s = shape_of(v)
+    if len(s) == 2:
+        return globals()["diagonal"](v, k)
+    if len(s) != 1:
+        raise ValueError(f"diag: input must be 1-D or 2-D, got shape {list(s)}")
+    n = s[0] + _builtins.abs(k)
+    i = np.arange(s[0])
+    return index_add(v, (i + _builtins.max(-k, 0), i + _builtins.max(k, 0)), (n, n))
+
+
+def _tri(x, k, lower):
+    s = shape_of(x)
+    if len(s) < 2:
+        raise ValueError(f"{'tril' if lower else 'triu'}: input must be at least 2-D, got "
+                         f"shape {list(s)}")
+    ones = np.ones(s[-2:], dtype=bool)
+    return where(np.tril(ones, k) if lower else np.triu(ones, k), x, 0)
+
+
+@method("triu")
+@implements(np.triu)
+def triu(x, k=0, *, diagonal=None):
+    return _tri(x, k if diagonal is None else diagonal, False)
+
+
+@method("tril")
+@implements(np.tril)
+def tril(x, k=0, *, diagonal=None):
+    return _tri(x, k if diagonal is None else diagonal, True)
+
+
+@method("bmm")
+def bmm(a, b):
+    sa, sb = shape_of(a), shape_of(b)
+    if len(sa) != 3 or len(sb) != 3 or sa[0] != sb[0] or sa[2] != sb[1]:
+        raise RuntimeError(f"bmm: expected batches of matrices (b, n, k) @ (b, k, m), got "
+                           f"{list(sa)} and {list(sb)}")
+    return matmul(a, b)
+
+
+@method("mv")
+def mv(a, v):
+    if len(shape_of(a)) != 2 or len(shape_of(v)) != 1:
+        raise RuntimeError(f"mv: expected a matrix and a vector, got shapes "
+                           f"{list(shape_of(a))} and {list(shape_of(v))}")
+    return matmul(a, v)
+
+
+@method("addmm")
+def addmm(x, mat1, mat2, *, beta=1, alpha=1):
+    """beta * x + alpha * (mat1 @ mat2)."""
+    prod = matmul(mat1, mat2)
+    if alpha != 1:
+        prod = mul(prod, alpha)
+    return add(x if beta == 1 else mul(x, beta), prod)

@@ -1,0 +1,408 @@
+"""Reductions and scans.
+
+Rows: prod, amax, amin, argmax, argmin, all, any, cumsum, cumprod (sum lives
+in base).  mean, var, std, logsumexp, nansum and nanmean are compositions of
+primitives, so their gradients come from the rows they use; logsumexp
+subtracts a ``stop_gradient`` maximum to stay finite.
+"""
+from __future__ import annotations
+
+import builtins as _builtins
+import collections
+
+import numpy as np
+
+from tracegrad.primitives import Aval, bind, register
+from tracegrad.ops._define import method, implements, axis_arg, norm_axes, _ops
+from tracegrad.ops.base import (add, sub, mul, div, log, exp, sum, where, equal, reshape,
+                                astype, stop_gradient, transpose, broadcast_to, is_value,
+                                shape_of, expand_reduced, shape_by_eval, zeros_like_value,
+                                _reduced_shape)
+from tracegrad.ops.elementwise import sqrt, isfinite, isnan, maximum, minimum
+
+__all__ = ["mean", "prod", "amax", "amin", "max", "min", "argmax", "argmin", "var", "std",
+           "logsumexp", "cumsum", "cumprod", "all", "any", "nansum", "nanmean", "count_nonzero"]
+
+
+def _keep(keepdims, keepdim):
+    return bool(keepdim) if keepdim is not None else bool(keepdims)
+
+
+def _reduce_shape_rule(out_dtype=None):
+    def rule(x, axis, keepdims):
+        return Aval(_reduced_shape(x.shape, axis, keepdims), out_dtype or x.dtype)
+    return rule
+
+
+# --- prod -----------------------------------------------------------------------------
+
+def _prod_others(x, axes):
+    """For every element, the product of the other elements in its reduced
+    group, without dividing (so zeros are handled exactly): exclusive
+    cumulative products from the left and from the right, multiplied."""
+    shape = tuple(x.shape)
+    nd = len(shape)
+    keep = [i for i in range(nd) if i not in axes]
+    perm = tuple(keep) + tuple(axes)
+    xt = transpose(x, perm) if perm != tuple(range(nd)) else x
+    n = 1
+    for a in axes:
+        n *= shape[a]
+    xr = reshape(xt, tuple(shape[i] for i in keep) + (n,))
+    if n == 0:
+        return x
+    one = add(zeros_like_value(xr[..., :1]), 1.0)
+    left = cumprod(_ops.concatenate([one, xr[..., :-1]], axis=-1), axis=-1)
+    rev = _ops.flip(xr, -1)
+    right = _ops.flip(cumprod(_ops.concatenate([one, rev[..., :-1]], axis=-1), axis=-1), -1)
+    others = reshape(mul(left, right), tuple(xt.shape))
+    if perm != tuple(range(nd)):
+        others = transpose(others, tuple(np.argsort(perm).tolist()))
+    return others
+
+
+prod_p = register(
+    "prod", lambda xp, x, axis, keepdims: xp.prod(x, axis=axis, keepdims=keepdims),
+    shape=shape_by_eval(lambda xp, x, axis, keepdims: xp.prod(x, axis=axis, keepdims=keepdims)),
+    vjp=(lambda g, out, x, axis, keepdims:
+         mul(expand_reduced(g, tuple(x.shape), axis, keepdims), _prod_others(x, axis)),),
+    jvp=(lambda t, out, x, axis, keepdims:
+         sum(mul(t, _prod_others(x, axis)), axis=axis, keepdims=keepdims),),
+    numpy="np.prod({0}, axis={axis}, keepdims={keepdims})")
+
+
+# --- amax / amin ------------------------------------------------------------------------
+
+def _extreme_weights(out, x, axis, keepdims):
+    """Where x attains the extreme, 1/count (ties share evenly, as torch)."""
+    hit = astype(equal(x, expand_reduced(out, tuple(x.shape), axis, keepdims)), x.dtype)
+    return div(hit, sum(hit, axis=axis, keepdims=True))
+
+
+def _extreme_row(name, fn):
+    return register(
+        name, lambda xp, x, axis, keepdims, _f=fn: getattr(xp, _f)(x, axis=axis, keepdims=keepdims),
+        shape=_reduce_shape_rule(),
+        vjp=(lambda g, out, x, axis, keepdims:
+             mul(expand_reduced(g, tuple(x.shape), axis, keepdims),
+                 _extreme_weights(out, x, axis, keepdims)),),
+        jvp=(lambda t, out, x, axis, keepdims:
+             sum(mul(t, _extreme_weights(out, x, axis, keepdims)), axis=axis, keepdims=keepdims),),
+        numpy=f"np.{fn}({{0}}, axis={{axis}}, keepdims={{keepdims}})", save_out=True)
+
+
+amax_p = _extreme_row("amax", "max")
+amin_p = _extreme_row("amin", "min")
+
+
+def _arg_row(name):
+    impl = lambda xp, x, axis, keepdims, _n=name: getattr(xp, _n)(x, axis=axis, keepdims=keepdims)
+    return register(name, impl, shape=shape_by_eval(impl), nondiff=True, save_inputs=False,
+                    numpy=f"np.{name}({{0}}, axis={{axis}}, keepdims={{keepdims}})")
+
+
+argmax_p = _arg_row("argmax")
+argmin_p = _arg_row("argmin")
+
+
+def _bool_row(name):
+    return register(
+        name, lambda xp, x, axis, keepdims, _n=name: getattr(xp, _n)(x, axis=axis, keepdims=keepdims),
+        shape=_reduce_shape_rule(np.dtype(bool)), nondiff=True, save_inputs=False,
+        numpy=f"np.{name}({{0}}, axis={{axis}}, keepdims={{keepdims}})")
+
+
+all_p = _bool_row("all")
+any_p = _bool_row("any")
+
+
+# --- scans ----------------------------------------------------------------------------------
+
+def _flip1(x, axis):
+    return _ops.flip(x, axis)
+
+
+cumsum_p = register(
+    "cumsum", lambda xp, x, axis: xp.cumsum(x, axis=axis),
+    shape=shape_by_eval(lambda xp, x, axis: xp.cumsum(x, axis=axis)),
+    # the transpose of a running sum is a running sum from the other end
+    vjp=(lambda g, out, x, axis: _flip1(cumsum(_flip1(g, axis), axis), axis),),
+    jvp=(lambda t, out, x, axis: cumsum(t, axis),),
+    numpy="np.cumsum({0}, axis={axis})", save_inputs=False)
+
+
+def _cumprod_partials(x, axis):
+    """C[..., j, i] = prod_{k <= i, k != j} x_k along ``axis`` (moved last),
+    and the mask i >= j.  d out_i / d x_j = C[j, i] for i >= j.  Quadratic
+    in the scanned length, but exact with zeros, where dividing out / x is
+    not."""
+    xt = _ops.moveaxis(x, axis, -1)
+    n = xt.shape[-1]
+    eye = np.eye(n, dtype=bool)
+    later = np.triu(np.ones((n, n), dtype=bool))  # later[j, i] = i >= j
+    c = cumprod(where(eye, 1.0, _ops.expand_dims(xt, -2)), -1)
+    return c, later
+
+
+def _cumprod_vjp(g, out, x, axis):
+    c, later = _cumprod_partials(x, axis)
+    gt = _ops.expand_dims(_ops.moveaxis(g, axis, -1), -2)
+    return _ops.moveaxis(sum(where(later, mul(gt, c), 0.0), axis=-1), -1, axis)
+
+
+def _cumprod_jvp(t, out, x, axis):
+    c, later = _cumprod_partials(x, axis)
+    tt = _ops.expand_dims(_ops.moveaxis(t, axis, -1), -1)
+    return _ops.moveaxis(sum(where(later, mul(tt, c), 0.0), axis=-2), -1, axis)
+
+
+cumprod_p = register(
+    "cumprod", lambda xp, x, axis: xp.cumprod(x, axis=axis),
+    shape=shape_by_eval(lambda xp, x, axis: xp.cumprod(x, axis=axis)),
+    vjp=(_cumprod_vjp,), jvp=(_cumprod_jvp,), numpy="np.cumprod({0}, axis={axis})")
+
+
+# --- the functional API ---------------------------------------------------------------------
+
+def _axes(x, axis, dim):
+    return norm_axes(axis_arg(axis, dim), len(shape_of(x)))
+
+
+def _count(x, axes):
+    n = 1
+    for a in axes:
+        n *= shape_of(x)[a]
+    return n
+
+
+def _to_float(x):
+    dt = np.dtype(getattr(x, "dtype", np.float64))
+    return x if dt.kind == "f" else astype(x, np.float64)
+
+
+@method("mean")
+@implements(np.mean)
+def mean(x, axis=None, dtype=None, out=None, keepdims=False, *, dim=None, keepdim=None,
+         where=None):
+    """Arithmetic mean: sum / count (integers average in float64, as NumPy)."""
+    if where is not None:
+        raise TypeError("mean(where=) is not supported by tracegrad; use where() to mask")
+    axes = _axes(x, axis, dim)
+    x = _to_float(x) if dtype is None else astype(x, dtype)
+    return div(sum(x, axis=axes, keepdims=_keep(keepdims, keepdim)), _count(x, axes))
+
+
+@method("prod")
+@implements(np.prod)
+def prod(x, axis=None, dtype=None, out=None, keepdims=False, *, dim=None, keepdim=None,
+         **kw):
+    """Product of elements; its gradient is exact where elements are zero."""
+    if dtype is not None:
+        x = astype(x, dtype)
+    return bind(prod_p, x, axis=_axes(x, axis, dim), keepdims=_keep(keepdims, keepdim))
+
+
+@method("amax")
+@implements(np.amax, np.max)
+def amax(x, axis=None, out=None, keepdims=False, *, dim=None, keepdim=None, **kw):
+    """Largest element (NumPy style: an array, never indices)."""
+    return bind(amax_p, x, axis=_axes(x, axis, dim), keepdims=_keep(keepdims, keepdim))
+
+
+@method("amin")
+@implements(np.amin, np.min)
+def amin(x, axis=None, out=None, keepdims=False, *, dim=None, keepdim=None, **kw):
+    return bind(amin_p, x, axis=_axes(x, axis, dim), keepdims=_keep(keepdims, keepdim))
+
+
+max = amax
+min = amin
+
+# torch's x.max(dim) returns (values, indices)
+return_types_max = collections.namedtuple("max", ["values", "indices"])
+return_types_min = collections.namedtuple("min", ["values", "indices"])
+
+
+def _torch_extreme(x, dim, keepdim, other, axis, keepdims, values_fn, arg_fn, pair, pairwise):
+    if other is not None or (dim is not None and is_value(dim)):
+        return pairwise(x, dim if other is None else other)
+    d = axis_arg(axis, dim)
+    k = _keep(keepdims, keepdim)
+    if d is None:
+        return values_fn(x, keepdims=k)
+    if not isinstance(d, int):
+        return values_fn(x, axis=d, keepdims=k)
+    return pair(values_fn(x, axis=d, keepdims=k), arg_fn(x, axis=d, keepdims=k))
+
+
+@method("max")
+def _max_method(x, dim=None, keepdim=False, *, other=None, axis=None, keepdims=None, out=None):
+    """torch's max: ``x.max()`` a value, ``x.max(dim)`` (values, indices),
+    ``x.max(other)`` the elementwise maximum."""
+    return _torch_extreme(x, dim, keepdim, other, axis, keepdims, amax, argmax,
+                          return_types_max, maximum)
+
+
+@method("min")
+def _min_method(x, dim=None, keepdim=False, *, other=None, axis=None, keepdims=None, out=None):
+    return _torch_extreme(x, dim, keepdim, other, axis, keepdims, amin, argmin,
+                          return_types_min, minimum)
+
+
+def _arg(prim, x, axis, dim, keepdims, keepdim):
+    a = axis_arg(axis, dim)
+    if a is not None:
+        a = int(a)
+        nd = len(shape_of(x))
+        if not -nd <= a < _builtins.max(nd, 1):
+            raise IndexError(f"{prim.name}: axis {a} is out of range for {nd} dimensions")
+        a %= _builtins.max(nd, 1)
+    return bind(prim, x, axis=a, keepdims=_keep(keepdims, keepdim))
+
+
+@method("argmax")
+@implements(np.argmax)
+def argmax(x, axis=None, out=None, keepdims=False, *, dim=None, keepdim=None):
+    """Index of the largest element (no gradient)."""
+    return _arg(argmax_p, x, axis, dim, keepdims, keepdim)
+
+
+@method("argmin")
+@implements(np.argmin)
+def argmin(x, axis=None, out=None, keepdims=False, *, dim=None, keepdim=None):
+    return _arg(argmin_p, x, axis, dim, keepdims, keepdim)
+
+
+@implements(np.all)
+def all(x, axis=None, out=None, keepdims=False, *, dim=None, keepdim=None, where=None):
+    """True where every element is nonzero (no gradient)."""
+    return bind(all_p, x, axis=_axes(x, axis, dim), keepdims=_keep(keepdims, keepdim))
+
+
+@implements(np.any)
+def any(x, axis=None, out=None, keepdims=False, *, dim=None, keepdim=None, where=None):
+    return bind(any_p, x, axis=_axes(x, axis, dim), keepdims=_keep(keepdims, keepdim))
+
+
+method("all")(lambda x, dim=None, keepdim=False, **kw: all(x, dim=dim, keepdim=keepdim, **kw))
+method("any")(lambda x, dim=None, keepdim=False, **kw: any(x, dim=dim, keepdim=keepdim, **kw))
+
+
+@implements(np.count_nonzero)
+def count_nonzero(x, axis=None, *, keepdims=False, dim=None):
+    return sum(astype(_ops.not_equal(x, 0), np.int64), axis=axis_arg(axis, dim),
+               keepdims=keepdims)
+
+
+method("count_nonzero")(lambda x, dim=None: count_nonzero(x, dim=dim))
+
+
+def _correction(ddof, correction, unbiased, default):
+    given = [v is not None for v in (ddof, correction, unbiased)]
+    if given.count(True) > 1:
+        raise TypeError("pass only one of ddof=, correction= and unbiased=")
+    if ddof is not None:
+        return ddof
+    if correction is not None:
+        return correction
+    if unbiased is not None:
+        return 1 if unbiased else 0
+    return default
+
+
+def _var(x, axis, dim, keepdims, keepdim, ddof):
+    axes = _axes(x, axis, dim)
+    x = _to_float(x)
+    k = _keep(keepdims, keepdim)
+    centred = sub(x, mean(x, axis=axes, keepdims=True))
+    n = _count(x, axes)
+    return div(sum(mul(centred, centred), axis=axes, keepdims=k), _builtins.max(n - ddof, 0))
+
+
+@implements(np.var)
+def var(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, dim=None, keepdim=None,
+        correction=None, unbiased=None, where=None, mean=None):
+    """Variance, NumPy's default ``ddof=0`` (two passes, so it stays accurate)."""
+    return _var(x, axis, dim, keepdims, keepdim, _correction(ddof if ddof else None, correction,
+                                                             unbiased, 0))
+
+
+@implements(np.std)
+def std(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, dim=None, keepdim=None,
+        correction=None, unbiased=None, where=None, mean=None):
+    """Standard deviation, NumPy's default ``ddof=0``."""
+    return sqrt(var(x, axis=axis, ddof=ddof, keepdims=keepdims, dim=dim, keepdim=keepdim,
+                    correction=correction, unbiased=unbiased))
+
+
+@method("var")
+def _var_method(x, dim=None, unbiased=None, keepdim=False, *, correction=None, axis=None,
+                ddof=None, keepdims=None):
+    """torch's var: unbiased (correction=1) unless told otherwise."""
+    if isinstance(dim, bool):  # x.var(False): the legacy unbiased positional
+        dim, unbiased = None, dim
+    return _var(x, axis, dim, keepdims, keepdim, _correction(ddof, correction, unbiased, 1))
+
+
+@method("std")
+def _std_method(x, dim=None, unbiased=None, keepdim=False, *, correction=None, axis=None,
+                ddof=None, keepdims=None):
+    return sqrt(_var_method(x, dim, unbiased, keepdim, correction=correction, axis=axis,
+                            ddof=ddof, keepdims=keepdims))
+
+
+@method("logsumexp")
+def logsumexp(x, axis=None, keepdims=False, *, dim=None, keepdim=None):
+    """log(sum(exp(x))) without overflow: the maximum is subtracted first
+    (behind stop_gradient, so the gradient is exactly softmax)."""
+    axes = _axes(x, axis, dim)
+    x = _to_float(x)
+    m = stop_gradient(amax(x, axis=axes, keepdims=True))
+    m = where(isfinite(m), m, 0.0)  # all -inf (or inf) rows: nothing to subtract
+    out = add(log(sum(exp(sub(x, m)), axis=axes, keepdims=True)), m)
+    if not _keep(keepdims, keepdim):
+        out = reshape(out, _reduced_shape(tuple(x.shape), axes, False))
+    return out
+
+
+@method("cumsum")
+@implements(np.cumsum)
+def cumsum(x, axis=None, dtype=None, out=None, *, dim=None):
+    """Running sum along an axis (NumPy: over the flattened array when axis is None)."""
+    a = axis_arg(axis, dim)
+    if dtype is not None:
+        x = astype(x, dtype)
+    if a is None:
+        return bind(cumsum_p, _ops.ravel(x), axis=0)
+    return bind(cumsum_p, x, axis=norm_axes(a, len(shape_of(x)))[0])
+
+
+@method("cumprod")
+@implements(np.cumprod)
+def cumprod(x, axis=None, dtype=None, out=None, *, dim=None):
+    """Running product; the gradient is exact with zeros (quadratic in the axis length)."""
+    a = axis_arg(axis, dim)
+    if dtype is not None:
+        x = astype(x, dtype)
+    if a is None:
+        return bind(cumprod_p, _ops.ravel(x), axis=0)
+    return bind(cumprod_p, x, axis=norm_axes(a, len(shape_of(x)))[0])
+
+
+@method("nansum")
+@implements(np.nansum)
+def nansum(x, axis=None, dtype=None, out=None, keepdims=False, *, dim=None, keepdim=None):
+    """Sum treating NaN as zero (NaN entries get zero gradient)."""
+    return sum(where(isnan(x), 0.0, x), axis=axis_arg(axis, dim),
+               keepdims=_keep(keepdims, keepdim), dtype=dtype)
+
+
+@method("nanmean")
+@implements(np.nanmean)
+def nanmean(x, axis=None, dtype=None, out=None, keepdims=False, *, dim=None, keepdim=None):
+    """Mean over the non-NaN entries."""
+    a = axis_arg(axis, dim)
+    k = _keep(keepdims, keepdim)
+    count = sum(astype(_ops.logical_not(isnan(x)), getattr(x, "dtype", np.float64)),
+                axis=a, keepdims=k)
+    return div(nansum(x, axis=a, keepdims=k), count)

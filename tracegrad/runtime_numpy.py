@@ -1,0 +1,48 @@
+"""Helper functions that generated NumPy code calls.
+
+Each helper is a top-level function whose name starts with an underscore.
+It depends only on ``numpy`` (as ``np``) and ``math``, because the code
+generator copies its source verbatim into standalone modules that import
+nothing else.  The primitives' ``impl`` functions call the same helpers, so
+there is one definition of each computation.  Helpers that an ``impl`` also
+runs on CuPy take the array module as ``xp`` (NumPy when omitted, which is
+how generated code calls them).
+"""
+import math
+
+import numpy as np
+
+
+def _erf(x):
+    """The error function, elementwise (NumPy has none; math.erf is exact
+    to double precision).  Keeps float32 inputs float32."""
+    x = np.asarray(x)
+    dtype = x.dtype if x.dtype.kind == "f" else np.dtype(np.float64)
+    return np.vectorize(math.erf, otypes=[dtype])(x) if x.size else x.astype(dtype)
+
+
+def _index_add(g, shape, idx, xp=np):
+    """A zero array of ``shape`` into which ``g`` is added at ``[idx]``.
+
+    The transpose of ``x[idx]``: positions an integer index repeats receive
+    the sum of their cotangents (plain ``z[idx] = g`` would keep only one).
+    Any NumPy index works (slices, None, Ellipsis, integer and boolean
+    arrays), because the flat positions are found by indexing an arange."""
+    out = xp.zeros(shape, g.dtype)
+    if not any(isinstance(i, (list,)) or hasattr(i, "dtype") for i in idx):
+        out[idx] = g  # basic indexing selects every position at most once
+        return out
+    size = 1
+    for d in shape:
+        size *= d
+    pos = xp.arange(size).reshape(shape)[idx]
+    flat = out.reshape(-1)
+    xp.add.at(flat, pos.reshape(-1), xp.broadcast_to(g, pos.shape).reshape(-1))
+    return flat.reshape(shape)
+
+
+def _setitem(x, idx, v):
+    """A copy of ``x`` with ``[idx]`` set to ``v`` (out-of-place assignment)."""
+    y = x.copy()
+    y[idx] = v
+    return y
