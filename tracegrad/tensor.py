@@ -15,7 +15,7 @@ from tracegrad import primitives
 from tracegrad.autograd import graph as _graph
 from tracegrad.autograd.grad_mode import state as _mode
 from tracegrad.autograd.profiler_state import _state as _prof_state
-from tracegrad.autograd.graph import AccumulateGrad, FREED_MSG, Node
+from tracegrad.autograd.graph import AccumulateGrad, FREED_MSG, Node, _seq
 from tracegrad.ops._define import ArrayMethods
 from tracegrad.primitives import Aval
 
@@ -59,7 +59,7 @@ _CPU = device("cpu")
 class Tensor(ArrayMethods):
     """An array with torch.autograd semantics, on NumPy (or CuPy) data."""
     __slots__ = ("_data", "_requires_grad", "_grad", "grad_fn", "_output_nr",
-                 "_vbox", "_retains_grad", "_accum", "_base", "name", "__weakref__")
+                 "_vbox", "_retains_grad", "_accum", "_base", "_view_fn", "name", "__weakref__")
 
     def __init__(self, data, requires_grad=False, grad_fn=None, _output_nr=0, _vbox=None):
         self._data = data
@@ -96,8 +96,9 @@ class Tensor(ArrayMethods):
                 "you can only change requires_grad flags of leaf variables. If you want to "
                 "use a computed variable in a subgraph that doesn't require differentiation "
                 "use var_no_grad = var.detach().")
-        if requires_grad and not np.issubdtype(self._data.dtype, np.inexact):
-            raise RuntimeError("only Tensors of floating point dtype can require gradients")
+        if requires_grad and self._data.dtype.kind not in "fc":
+            raise RuntimeError("only Tensors of floating point and complex dtype can require "
+                               "gradients")
         self._requires_grad = bool(requires_grad)
         return self
 
@@ -121,6 +122,10 @@ class Tensor(ArrayMethods):
                 raise RuntimeError(
                     f"assigned grad has data of a different size: expected {tuple(self.shape)}, "
                     f"got {tuple(value.shape)}")
+            if value.dtype != self.dtype:
+                raise RuntimeError(
+                    f"assigned grad has data of a different type: expected {self.dtype}, "
+                    f"got {value.dtype}")
         self._grad = value
 
     @property
@@ -242,17 +247,20 @@ class Tensor(ArrayMethods):
         backward(self, gradient, retain_graph, create_graph, inputs=inputs)
 
     def detach(self):
-        t = Tensor(self._data, False, None, 0, self._vbox)
-        return t
+        """A new Tensor on the same memory and version counter, outside the graph."""
+        return Tensor(self._data, False, None, 0, self._vbox)
 
     def detach_(self):
-        if self._base is not None:
+        if self._base is not None and (self._requires_grad or self._base._requires_grad):
             raise RuntimeError("Can't detach views in-place. Use detach() instead.")
+        self._unretain()
         self.grad_fn = None
+        self._output_nr = 0
         self._requires_grad = False
         return self
 
     def retain_grad(self):
+        """Let ``.grad`` of this non-leaf tensor be filled by backward."""
         if self.grad_fn is None:
             if not self._requires_grad:
                 raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
@@ -262,6 +270,24 @@ class Tensor(ArrayMethods):
         self._retains_grad = True
         retained = self.grad_fn.metadata.setdefault("_retain_grad", {})
         retained[self._output_nr] = weakref.ref(self)
+
+    def _unretain(self):
+        if self._retains_grad and self.grad_fn is not None:
+            md = self.grad_fn._metadata
+            if md and "_retain_grad" in md:
+                md["_retain_grad"].pop(self._output_nr, None)
+
+    def _set_history(self, grad_fn, output_nr, requires_grad):
+        """Point this tensor at a new grad_fn (after an in-place op)."""
+        retains = self._retains_grad
+        if retains:
+            self._unretain()
+            self._retains_grad = False
+        self.grad_fn = grad_fn
+        self._output_nr = output_nr
+        self._requires_grad = requires_grad
+        if retains and grad_fn is not None:
+            self.retain_grad()
 
     def register_hook(self, hook):
         """hook(grad) -> Tensor or None, called with the gradient of this tensor."""
@@ -287,7 +313,8 @@ class Tensor(ArrayMethods):
         return acc
 
     def _edge(self):
-        """(node, output index) that gradients for this tensor flow into."""
+        """(node, output index) that gradients for this tensor flow into, or
+        None when it does not require grad."""
         if self.grad_fn is not None:
             return (self.grad_fn, self._output_nr)
         if self._requires_grad:
@@ -296,6 +323,12 @@ class Tensor(ArrayMethods):
                 acc = self._accum = AccumulateGrad(self)
             return (acc, 0)
         return None
+
+    def is_inference(self):
+        return False
+
+    def _is_view(self):
+        return self._base is not None
 
     # --- copies and devices ---------------------------------------------------
     def clone(self, memory_format=None):
@@ -363,90 +396,143 @@ class Tensor(ArrayMethods):
         return self.to(dtype)
 
     # --- in-place ops ---------------------------------------------------------
-    def _inplace(self, fn, *args, **kwargs):
-        """Run ``fn(self, *args)`` out of place and write the result into self.
+    def _inplace(self, fn, *args, fast=None):
+        """Apply ``fn(self, *args)`` and write the result into this tensor.
 
-        Bumps the version counter shared with views, so backward through a
-        saved copy of the old value is caught; on a leaf that requires grad
-        it is an error while grad mode is on, as in torch."""
-        if _mode.grad_enabled:
+        Bumps the version counter shared with views and ``detach()``ed
+        aliases, so backward through a saved copy of the old value is caught.
+        On a leaf that requires grad (or a view of one) it is an error while
+        grad mode is on, as in torch; under ``no_grad`` it writes in place.
+        When nothing is recorded, ``fast(data, *arrays)`` (if given) does the
+        work on the arrays directly."""
+        grad_on = _mode.grad_enabled
+        if grad_on:
             if self._requires_grad and self.grad_fn is None:
                 raise RuntimeError(
                     "a leaf Variable that requires grad is being used in an in-place operation.")
+            base = self._base
+            if base is not None and base._requires_grad and base.grad_fn is None:
+                raise RuntimeError(
+                    "a view of a leaf Variable that requires grad is being used in an in-place "
+                    "operation.")
             track = self._requires_grad or any(
                 isinstance(a, Tensor) and a._requires_grad for a in args)
         else:
             track = False
-        if track:
-            old = Tensor(self._data.copy(), self._requires_grad, self.grad_fn, self._output_nr)
-            res = fn(old, *args, **kwargs)
-        else:
-            res = fn(Tensor(self._data), *args, **kwargs)
-        data = res._data
-        if data.shape != self._data.shape:
-            raise RuntimeError(f"output with shape {list(self._data.shape)} doesn't match the "
-                               f"broadcast shape {list(data.shape)}")
-        self._data[...] = data
+        data = self._data
+        if not track:
+            if fast is not None and (type(data) is _ndarray or fn is None):
+                try:
+                    fast(data, *[a._data if isinstance(a, Tensor) else a for a in args])
+                except (ValueError, TypeError) as e:
+                    raise RuntimeError(_inplace_error(e, data)) from None
+            else:
+                res = fn(Tensor(data), *args)
+                _write(data, res._data)
+            self._vbox[0] += 1
+            return self
+        # recorded: compute out of place from a private copy of the old value
+        # (the op may save it for backward), then write the result back
+        old = Tensor(data.copy(), self._requires_grad, self.grad_fn, self._output_nr)
+        res = fn(old, *[old if a is self else a for a in args])
+        _write(data, res._data)
         self._vbox[0] += 1
-        if track:
-            self.grad_fn = res.grad_fn
-            self._output_nr = res._output_nr
-            self._requires_grad = res._requires_grad
+        if self._base is not None:
+            self._rebase_view(res)
+        else:
+            self._set_history(res.grad_fn, res._output_nr, res._requires_grad)
         return self
+
+    def _rebase_view(self, res):
+        """An in-place op on a view changed its base: the base's history
+        becomes a CopySlices node (old base outside the view, ``res`` inside)
+        and the view's history the view chain replayed on the new base."""
+        base = self._base
+        node = CopySlices(base, self._view_fn, res)
+        base._set_history(node, 0, True)
+        v = base
+        for prim, attrs, rest in self._view_fn:
+            v = eager_bind(prim, (v,) + rest, attrs)
+        self._set_history(v.grad_fn, v._output_nr, v._requires_grad)
 
     def add_(self, other, alpha=1):
         from tracegrad import ops
-        return self._inplace(lambda a, b: ops.add(a, b if alpha == 1 else ops.mul(b, alpha)), other)
+        if alpha != 1:
+            other = other * alpha
+        return self._inplace(ops.add, other, fast=_fast_ufunc(np.add))
 
     def sub_(self, other, alpha=1):
         from tracegrad import ops
-        return self._inplace(lambda a, b: ops.sub(a, b if alpha == 1 else ops.mul(b, alpha)), other)
+        if alpha != 1:
+            other = other * alpha
+        return self._inplace(ops.sub, other, fast=_fast_ufunc(np.subtract))
 
     def mul_(self, other):
         from tracegrad import ops
-        return self._inplace(ops.mul, other)
+        return self._inplace(ops.mul, other, fast=_fast_ufunc(np.multiply))
 
-    def div_(self, other):
+    def div_(self, other, rounding_mode=None):
         from tracegrad import ops
-        return self._inplace(ops.div, other)
+        if rounding_mode is not None:
+            return self._inplace(lambda a, b: ops.div(a, b, rounding_mode=rounding_mode), other)
+        return self._inplace(ops.div, other, fast=_fast_ufunc(np.true_divide))
 
     def pow_(self, other):
         from tracegrad import ops
-        return self._inplace(ops.pow, other)
+        return self._inplace(ops.pow, other, fast=_fast_ufunc(np.power))
 
     def neg_(self):
         from tracegrad import ops
-        return self._inplace(ops.neg)
+        return self._inplace(ops.neg, fast=_fast_ufunc(np.negative))
 
     def exp_(self):
         from tracegrad import ops
-        return self._inplace(ops.exp)
+        return self._inplace(ops.exp, fast=_fast_ufunc(np.exp))
 
     def clamp_(self, min=None, max=None):
         from tracegrad import ops
-        return self._inplace(lambda a: ops.clip(a, min, max))
+        if min is None and max is None:
+            raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+        clip = getattr(ops, "clip", None) or getattr(ops, "clamp")
+        return self._inplace(lambda a: clip(a, min, max),
+                             fast=lambda d: np.clip(d, min, max, out=d))
 
     clip_ = clamp_
 
     def zero_(self):
         from tracegrad import ops
-        return self._inplace(lambda a: ops.mul(a, 0.0) if a._requires_grad else
-                             Tensor(np.zeros_like(a._data)))
+        return self._inplace(lambda a: ops.where(True, 0.0, a), fast=lambda d: d.fill(0))
 
     def fill_(self, value):
         from tracegrad import ops
         if isinstance(value, Tensor):
-            return self._inplace(lambda a, v: ops.add(ops.mul(a, 0.0), v), value)
-        return self._inplace(lambda a: ops.add(ops.mul(a, 0.0), value) if a._requires_grad
-                             else Tensor(np.full_like(a._data, value)))
+            if value.ndim != 0:
+                raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor "
+                                   f"with {value.ndim} dimensions.")
+            return self._inplace(lambda a, v: ops.where(True, v, a), value,
+                                 fast=lambda d, v: d.__setitem__(Ellipsis, v))
+        return self._inplace(lambda a: ops.where(True, value, a), fast=lambda d: d.fill(value))
 
     def copy_(self, src, non_blocking=False):
         from tracegrad import ops
-        return self._inplace(lambda a, s: ops.add(ops.mul(a, 0.0), ops.astype(s, a.dtype)), src)
+        return self._inplace(lambda a, s: ops.where(True, ops.astype(s, a.dtype), a), src,
+                             fast=lambda d, s: np.copyto(d, s, casting="unsafe"))
 
     def __setitem__(self, idx, value):
         from tracegrad import ops
-        self._inplace(lambda a, v: ops.setitem(a, idx, v), value)
+        idx = _unwrap_index(idx)
+        setitem = getattr(ops, "setitem", None)
+        if setitem is None:
+            if _mode.grad_enabled and (self._requires_grad or (isinstance(value, Tensor)
+                                                               and value._requires_grad)):
+                raise NotImplementedError(
+                    "assigning into a Tensor that takes part in autograd needs the 'setitem' "
+                    "primitive, which this build of tracegrad does not have yet")
+            fn = None
+        else:
+            def fn(a, v):
+                return setitem(a, idx, v)
+        self._inplace(fn, value, fast=lambda d, v: d.__setitem__(idx, v))
 
     def __iadd__(self, o):
         return self.add_(o)
@@ -459,6 +545,87 @@ class Tensor(ArrayMethods):
 
     def __itruediv__(self, o):
         return self.div_(o)
+
+    def __ipow__(self, o):
+        return self.pow_(o)
+
+
+def _fast_ufunc(ufunc):
+    def run(d, *arrays):
+        ufunc(d, *arrays, out=d)
+    return run
+
+
+def _unwrap_index(idx):
+    if isinstance(idx, Tensor):
+        return idx._data
+    if type(idx) is tuple:
+        return tuple(i._data if isinstance(i, Tensor) else i for i in idx)
+    return idx
+
+
+def _write(dst, src):
+    """dst[...] = src with torch's in-place rules (same shape, castable dtype)."""
+    if src.shape != dst.shape:
+        try:
+            bshape = np.broadcast_shapes(src.shape, dst.shape)
+        except ValueError:
+            bshape = src.shape
+        if bshape != dst.shape:
+            raise RuntimeError(f"output with shape {list(dst.shape)} doesn't match the "
+                               f"broadcast shape {list(bshape)}")
+    if src.dtype != dst.dtype and not np.can_cast(src.dtype, dst.dtype, "same_kind"):
+        raise RuntimeError(f"result type {_tname(src.dtype)} can't be cast to the desired output "
+                           f"type {_tname(dst.dtype)}")
+    try:
+        dst[...] = src
+    except ValueError as e:
+        raise RuntimeError(_inplace_error(e, dst)) from None
+
+
+def _tname(dt):
+    return {"f": "Float", "i": "Long", "u": "Byte", "b": "Bool", "c": "ComplexFloat"}.get(
+        np.dtype(dt).kind, str(dt))
+
+
+def _inplace_error(e, dst):
+    msg = str(e)
+    if "read-only" in msg:
+        return ("this tensor's memory is read-only (it is a broadcast view, e.g. from expand()); "
+                "clone() it before writing in place")
+    if "Cannot cast" in msg:
+        return f"in-place operation: {msg}"
+    if "broadcast" in msg or "shape" in msg:
+        return f"in-place operation: the result does not fit a tensor of shape {list(dst.shape)}: {msg}"
+    return msg
+
+
+class CopySlices(Node):
+    """Backward of an in-place op on a view: the base's new value is the old
+    base outside the view and the op's result inside it."""
+    __slots__ = ("view_fn",)
+
+    def __init__(self, base, view_fn, res):
+        Node.__init__(self, (_edge_of(base), _edge_of(res)))
+        self.view_fn = view_fn
+
+    def name(self):
+        return "CopySlices"
+
+    def apply(self, grad_outputs, create_graph):
+        from tracegrad import ops
+        gb = grad_outputs[0]
+        gv = gb
+        metas = []
+        for prim, attrs, rest in self.view_fn:
+            metas.append(Aval(tuple(gv.shape), gv.dtype))
+            gv = eager_bind(prim, (gv,) + rest, attrs)
+        # V^T V gb: the part of gb inside the view, scattered back
+        u = gv
+        for (prim, attrs, rest), meta in zip(reversed(self.view_fn), reversed(metas)):
+            ins = [meta, *rest]
+            u = vjp_apply(prim, attrs, u, None, ins, ins, [True] + [False] * len(rest))[0]
+        return [ops.sub(gb, u), gv]
 
 
 def _rebuild(data, requires_grad):
@@ -478,40 +645,110 @@ def _device_of(a):
 
 # --- the eager interpreter -----------------------------------------------------
 
-class PrimNode(Node):
-    """Backward node of one primitive application."""
-    __slots__ = ("prim", "attrs", "saved", "out_saved", "in_meta", "n_out", "freed")
+# The edge of an operand that does not require grad, as torch shows it in
+# ``grad_fn.next_functions``.
+_NO_EDGE = (None, 0)
 
-    def __init__(self, prim, attrs, args, out_data, next_functions):
-        super().__init__(next_functions)
+
+def _edge_of(a):
+    fn = a.grad_fn
+    if fn is not None:
+        return (fn, a._output_nr)
+    if a._requires_grad:
+        acc = a._accum
+        if acc is None:
+            acc = a._accum = AccumulateGrad(a)
+        return (acc, 0)
+    return _NO_EDGE
+
+
+_avals = {}
+
+
+def _meta(a):
+    """Shape and dtype of an operand (an Aval, shared between equal ones);
+    Python scalars stay themselves."""
+    if isinstance(a, (Tensor, _ndarray)):
+        key = (a.shape, a.dtype)
+        m = _avals.get(key)
+        if m is None:
+            if len(_avals) > 4096:
+                _avals.clear()
+            m = _avals[key] = Aval(a.shape, a.dtype)
+        return m
+    return a
+
+
+class PrimNode(Node):
+    """Backward node of one primitive application.
+
+    It keeps only what the primitive's vjp rule reads (``save_inputs`` /
+    ``save_out``), with the version of each saved tensor, so a later
+    in-place change is caught when backward reads it."""
+    __slots__ = ("prim", "attrs", "saved", "out_saved", "out_vbox", "out_ver", "in_meta",
+                 "freed", "_nout")
+
+    def __init__(self, prim, attrs, args, out_data, next_functions, out_vbox=None):
+        # Node.__init__, inlined: this runs once per recorded op
+        self.next_functions = next_functions
+        self.seq = next(_seq)
+        self._pre_hooks = self._post_hooks = self._tensor_pre_hooks = None
+        self._metadata = None
+        self.output_meta = None
+        self.anomaly_trace = None
+        if _mode.anomaly:
+            import traceback
+            self.anomaly_trace = "".join(traceback.format_stack()[:-2])
         self.prim = prim
         self.attrs = attrs
         self.freed = False
-        hooks = _graph._saved_hooks.stack
+        n = prim.n_out
+        self._nout = n if type(n) is int else n(**attrs)
         if prim.save_inputs:
+            hooks = _graph._saved_hooks.stack
             if hooks:
-                pack = hooks[-1][0]
-                self.saved = [(_Packed(pack(a), hooks[-1][1]), None) if isinstance(a, Tensor)
+                pack, unpack = hooks[-1]
+                self.saved = [(_Packed(pack(a), unpack), None) if isinstance(a, Tensor)
                               else (a, None) for a in args]
+                self.in_meta = [_meta(a) for a in args]
             else:
-                self.saved = [(a, a._vbox[0]) if isinstance(a, Tensor) else (a, None) for a in args]
+                self.saved = saved = [(a, a._vbox[0]) if isinstance(a, Tensor) else (a, None)
+                                      for a in args]
+                if prim.view:
+                    # a view's backward is linear in its operand and reads only
+                    # its shape: an in-place change of the base is no error
+                    saved[0] = (saved[0][0], None)
+                self.in_meta = None  # the saved inputs carry their shapes and dtypes
         else:
             self.saved = None
-        # shapes and dtypes are always kept (unbroadcasting needs them)
-        self.in_meta = [Aval(a.shape, a.dtype) if isinstance(a, (Tensor, _ndarray)) else a
-                        for a in args]
-        self.out_saved = out_data if prim.save_out else None
+            self.in_meta = [_meta(a) for a in args]
+        if prim.save_out:
+            self.out_saved = out_data
+            self.out_vbox = out_vbox
+            self.out_ver = out_vbox[0] if type(out_vbox) is list else (
+                None if out_vbox is None else tuple(v[0] for v in out_vbox))
+        else:
+            self.out_saved = None
+            self.out_vbox = None
 
     def name(self):
         return self.prim.backward_name
 
     def num_outputs(self):
-        return self.prim.num_outputs(self.attrs)
+        return self._nout
 
     def release(self):
-        self.saved = None
-        self.out_saved = None
-        self.freed = True
+        # A node that saved nothing can run again (as in torch); one that
+        # saved tensors cannot once they are freed.
+        if self.saved is not None or self.out_saved is not None:
+            self.freed = True
+            self.saved = None
+            self.out_saved = None
+
+    @property
+    def saved_tensors(self):
+        inputs = self._inputs()
+        return tuple(a for a in inputs if isinstance(a, Tensor))
 
     def _inputs(self):
         if self.freed:
@@ -538,18 +775,84 @@ class PrimNode(Node):
         o = self.out_saved
         if o is None:
             return None
+        vb = self.out_vbox
+        if type(vb) is list:
+            if vb[0] != self.out_ver:
+                self._out_modified(0, o, vb[0], self.out_ver)
+        elif vb is not None:
+            for i, (b, v) in enumerate(zip(vb, self.out_ver)):
+                if b[0] != v:
+                    self._out_modified(i, o[i], b[0], v)
         if isinstance(o, tuple):
             return tuple(Tensor(x, create_graph, self if create_graph else None, i)
                          for i, x in enumerate(o))
         return Tensor(o, create_graph, self if create_graph else None, 0)
 
+    def _out_modified(self, i, arr, now, expected):
+        raise RuntimeError(
+            f"one of the variables needed for gradient computation has been modified by an "
+            f"inplace operation: [tensor of shape {list(arr.shape)} and dtype {arr.dtype}], "
+            f"which is output {i} of {self.name()}, is at version {now}; expected version "
+            f"{expected} instead. Hint: the backward of {self.prim.name} reads its result; "
+            f"compute it out of place or clone() the result before modifying it.")
+
     def apply(self, grad_outputs, create_graph):
+        return self._apply(grad_outputs, create_graph, None)
+
+    def _apply(self, grad_outputs, create_graph, needs):
+        """Gradients for the inputs (None where ``needs`` says not needed or
+        the input does not require grad), each in its input's shape and dtype."""
+        if self.freed:
+            raise RuntimeError(FREED_MSG)
         prim = self.prim
-        inputs = self._inputs()
-        out = self._out(create_graph)
-        g = grad_outputs[0] if len(grad_outputs) == 1 and prim.n_out == 1 else tuple(grad_outputs)
-        return vjp_apply(prim, self.attrs, g, out, inputs, self.in_meta,
-                         [nf is not None for nf in self.next_functions])
+        saved = self.saved
+        if saved is None:
+            inputs = metas = self.in_meta
+        else:
+            inputs = []
+            for a, v in saved:
+                if v is not None and a._vbox[0] != v:
+                    self._in_modified(a, v)
+                inputs.append(a.unpack() if type(a) is _Packed else a)
+            metas = self.in_meta or inputs
+        out = self._out(create_graph) if self.out_saved is not None else None
+        g = grad_outputs[0] if self._nout == 1 and prim.n_out == 1 else tuple(grad_outputs)
+        rule = prim.vjp
+        attrs = self.attrs
+        nfs = self.next_functions
+        if type(rule) is not tuple:
+            if rule is None:
+                return vjp_apply(prim, attrs, g, out, inputs, metas, [])  # raises
+            cts = list(rule(g, out, *inputs, **attrs))
+        else:
+            cts = [None] * len(nfs)
+            nr = len(rule)
+            for i, nf in enumerate(nfs):
+                if nf[0] is None or i >= nr or (needs is not None and not needs[i]):
+                    continue
+                r = rule[i]
+                if r is not None:
+                    cts[i] = r(g, out, *inputs, **attrs)
+        for i, ct in enumerate(cts):
+            if ct is None:
+                continue
+            if nfs[i][0] is None or (needs is not None and not needs[i]):
+                cts[i] = None
+                continue
+            m = metas[i]
+            if ct.shape != m.shape or ct.dtype != m.dtype:
+                from tracegrad.ops.base import unbroadcast
+                cts[i] = unbroadcast(ct, tuple(m.shape), m.dtype)
+        return cts
+
+    def _in_modified(self, a, v):
+        raise RuntimeError(
+            f"one of the variables needed for gradient computation has been modified by "
+            f"an inplace operation: [tensor of shape {list(a.shape)} and dtype {a.dtype}], "
+            f"which is an input of {self.name()}, is at version {a._vbox[0]}; expected "
+            f"version {v} instead. Hint: the backward of {self.prim.name} reads this "
+            f"value; compute it out of place (e.g. x = x + y instead of x += y) or "
+            f"clone() it before modifying it.")
 
 
 class _Packed:
@@ -574,12 +877,12 @@ def vjp_apply(prim, attrs, g, out, inputs, in_meta, needs):
             f"the primitive {prim.name!r} has no vjp rule, so it cannot be differentiated "
             f"in reverse mode; wrap the computation in tg.autograd.Function with a "
             f"hand-written backward, or detach() its input")
-    from tracegrad.ops.base import unbroadcast
     if type(rule) is tuple:
+        n = len(rule)
         cts = []
         for i, need in enumerate(needs):
-            r = rule[i] if i < len(rule) else None
-            cts.append(r(g, out, *inputs, **attrs) if need and r is not None else None)
+            r = rule[i] if need and i < n else None
+            cts.append(r(g, out, *inputs, **attrs) if r is not None else None)
     else:
         cts = list(rule(g, out, *inputs, **attrs))
         for i, need in enumerate(needs):
@@ -588,8 +891,19 @@ def vjp_apply(prim, attrs, g, out, inputs, in_meta, needs):
     for i, ct in enumerate(cts):
         if ct is not None:
             meta = in_meta[i]
-            cts[i] = unbroadcast(ct, tuple(meta.shape), meta.dtype)
+            shape = tuple(meta.shape)
+            if tuple(ct.shape) != shape or ct.dtype != meta.dtype:
+                from tracegrad.ops.base import unbroadcast
+                cts[i] = unbroadcast(ct, shape, meta.dtype)
     return cts
+
+
+def _view_chain(src, prim, attrs, rest):
+    """(base, chain) of a view op's output: the chain of (prim, attrs, other
+    operands) that makes the view from its base."""
+    if src._base is not None:
+        return src._base, src._view_fn + ((prim, attrs, rest),)
+    return src, ((prim, attrs, rest),)
 
 
 def eager_bind(prim, args, attrs):
@@ -617,29 +931,39 @@ def eager_bind(prim, args, attrs):
         raise type(e)(f"{e} (in tracegrad op '{prim.name}')") from e
     if prof is not None:
         prof._end(ev)
-    n_out = prim.n_out
-    track = needs_grad and _mode.grad_enabled and not prim.nondiff
-    if n_out == 1:
+    track = needs_grad and not prim.nondiff and _mode.grad_enabled
+    if prim.n_out == 1:
         if type(out) is not _ndarray:
             out = xp.asarray(out)
-        if not track:
-            t = Tensor(out)
-            if prim.view and isinstance(args[0], Tensor):
-                t._vbox = args[0]._vbox
-            return t
+        if prim.view:
+            src = args[0]
+            # a real view (shares memory with its operand; advanced indexing
+            # and some reshapes copy instead)
+            if isinstance(src, Tensor) and (type(out) is not _ndarray
+                                            or np.may_share_memory(out, src._data)):
+                vbox = src._vbox
+                t = Tensor(out, False, None, 0, vbox)
+                t._base, t._view_fn = _view_chain(src, prim, attrs, tuple(args[1:]))
+                if track and out.dtype.kind in "fc":
+                    t.grad_fn = PrimNode(prim, attrs, args, out, tuple(
+                        _edge_of(a) if isinstance(a, Tensor) else _NO_EDGE for a in args), vbox)
+                    t._requires_grad = True
+                return t
+        if not track or out.dtype.kind not in "fc":
+            return Tensor(out)
+        vbox = [0]
         node = PrimNode(prim, attrs, args, out, tuple(
-            a._edge() if isinstance(a, Tensor) else None for a in args))
-        t = Tensor(out, True, node, 0)
-        if prim.view and isinstance(args[0], Tensor):
-            t._vbox = args[0]._vbox
-        return t
+            _edge_of(a) if isinstance(a, Tensor) else _NO_EDGE for a in args), vbox)
+        return Tensor(out, True, node, 0, vbox)
     outs = tuple(o if type(o) is _ndarray else xp.asarray(o) for o in out)
     if not track:
         return tuple(Tensor(o) for o in outs)
+    vboxes = tuple([0] for _ in outs)
     node = PrimNode(prim, attrs, args, outs, tuple(
-        a._edge() if isinstance(a, Tensor) else None for a in args))
+        _edge_of(a) if isinstance(a, Tensor) else _NO_EDGE for a in args), vboxes)
     node.output_meta = [(o.shape, o.dtype) for o in outs]
-    return tuple(Tensor(o, np.issubdtype(o.dtype, np.inexact), node, i) for i, o in enumerate(outs))
+    return tuple(Tensor(o, True, node, i, vb) if o.dtype.kind in "fc" else Tensor(o, False, None, 0, vb)
+                 for i, (o, vb) in enumerate(zip(outs, vboxes)))
 
 
 primitives._eager_bind = eager_bind
