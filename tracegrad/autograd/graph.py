@@ -53,7 +53,7 @@ class HookDict(dict):
 class Node:
     """Base of every backward node."""
     __slots__ = ("next_functions", "seq", "_pre_hooks", "_post_hooks",
-                 "_tensor_pre_hooks", "metadata", "anomaly_trace", "output_meta",
+                 "_tensor_pre_hooks", "_metadata", "anomaly_trace", "output_meta",
                  "__weakref__")
 
     def __init__(self, next_functions):
@@ -63,7 +63,7 @@ class Node:
         self._post_hooks = None
         # output index -> HookDict of tensor hooks (registered on outputs)
         self._tensor_pre_hooks = None
-        self.metadata = {}
+        self._metadata = None
         self.anomaly_trace = None
         # [(shape, dtype)] per output, for nodes with several outputs, so
         # outputs that got no gradient can be given zeros.
@@ -71,6 +71,14 @@ class Node:
         if state.anomaly:
             import traceback
             self.anomaly_trace = "".join(traceback.format_stack()[:-3])
+
+    @property
+    def metadata(self):
+        """A dict for the user's own data about this node (made on first use)."""
+        md = self._metadata
+        if md is None:
+            md = self._metadata = {}
+        return md
 
     def name(self) -> str:
         return type(self).__name__
