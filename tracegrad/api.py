@@ -30,6 +30,7 @@ KINDS = ("forward", "grad", "value_and_grad", "jvp", "vjp", "jacrev", "jacfwd", 
 def _clear_fast_paths():
     for c in list(_ALL):
         c._fast.clear()
+        c._arrays_only.clear()
 
 
 def _norm_argnums(argnums):
@@ -130,6 +131,7 @@ class Compiled:
         except (TypeError, ValueError):
             self._params = []
         self._fast = {}
+        self._arrays_only = {}
         functools.update_wrapper(self, fn)
         _ALL.add(self)
 
@@ -191,6 +193,18 @@ class Compiled:
 
     # --- calls -----------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
+        # Fast path: positional ndarrays only, a signature seen before.
+        if not kwargs:
+            key = []
+            for a in args:
+                if type(a) is not np.ndarray:
+                    break
+                key.append(a.shape)
+                key.append(a.dtype.char)
+            else:
+                run = self._arrays_only.get(tuple(key))
+                if run is not None:
+                    return run(args)
         leaves, ranges, kw_tree, statics, names = self._flatten(args, kwargs)
         arrays = []
         tensors = False
@@ -208,6 +222,9 @@ class Compiled:
         if entry is None:
             entry = self._build(self.kind, arrays, ranges, kw_tree, statics, names, len(args))
             self._fast[sig] = entry
+            if not kwargs and not statics and all(type(a) is np.ndarray for a in args):
+                key = tuple(x for a in args for x in (a.shape, a.dtype.char))
+                self._arrays_only[key] = self._runner(entry, ranges)
         out = self._run(entry, arrays, ranges)
         if tensors:
             from tracegrad.tensor import Tensor
@@ -215,6 +232,33 @@ class Compiled:
             out = tree_unflatten(tree, [Tensor(np.asarray(o)) if isinstance(o, (np.ndarray, np.generic))
                                         else o for o in leaves_out])
         return out
+
+    def _runner(self, entry, ranges):
+        """A minimal closure for calls whose arguments are all ndarrays."""
+        fn = entry.fns
+        kind = self.kind
+        single_out = entry.out_tree == ("leaf",)
+        if kind == "forward" and single_out:
+            return lambda a: fn(*a)[0]
+        if kind in ("grad", "value_and_grad") and not self.has_aux and single_out:
+            if self._single:
+                if kind == "grad":
+                    return lambda a: fn(*a)[1]
+
+                def value_and_grad(a):
+                    outs = fn(*a)
+                    return outs[0], outs[1]
+                return value_and_grad
+            if kind == "grad":
+                return lambda a: tuple(fn(*a)[1:])
+
+            def value_and_grads(a):
+                outs = fn(*a)
+                return outs[0], tuple(outs[1:])
+            return value_and_grads
+        if kind in ("jacrev", "jacfwd", "hessian") and self._single and len(entry.wrt) == 1:
+            return lambda a: fn(*a)[0]
+        return lambda a: self._run(entry, list(a), ranges)
 
     def _run(self, entry, arrays, ranges):
         kind = self.kind
