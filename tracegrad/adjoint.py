@@ -278,55 +278,64 @@ def split(joint, n_primal_inputs, n_outputs):
     return fwd, bw, len(residuals)
 
 
-def _one_hot(T, shape, dtype, k):
-    e = np.zeros(int(np.prod(shape)), dtype)
-    e[k] = 1
-    return _const_tracer(T, e.reshape(shape))
+def _basis(T, shape, dtype):
+    """The identity as a batch of one-hot arrays: shape (n,) + shape."""
+    from tracegrad.ops.base import basis_p
+    return T.bind(basis_p, (), {"shape": tuple(shape), "dtype": np.dtype(dtype).name})
 
 
 def jacobian(g, wrt, mode="rev"):
     """The graph of the full Jacobian of every output w.r.t. each ``wrt``
     input: outputs ordered output-major, each of shape out.shape + in.shape.
 
-    mode="rev": one backward sweep per output element; mode="fwd": one
-    tangent sweep per input element.  All sweeps share the replayed forward
-    and are emitted into one graph, so the Jacobian is one compiled call."""
-    from tracegrad.ops import reshape, stack
+    mode="rev": the backward part of the vjp graph, batched over the rows of
+    the identity (one batched cotangent per output); mode="fwd": the tangent
+    graph batched over the identity's columns.  Either way the Jacobian is
+    one compiled call with no per-row loop."""
+    from tracegrad.batching import batch_graph
+    from tracegrad.ops import reshape, transpose
 
     T = Trace(g.graph.get("backend", "numpy"))
-    xs, outs, env = _replay(g, T)
     in_nodes = g.graph["inputs"]
-    results = []
-    for oi, v in enumerate(g.graph["outputs"]):
-        d = g.nodes[v]
-        oshape, odt = d["shape"], d["dtype"]
-        m = int(np.prod(oshape))
-        if mode == "rev":
-            active = _active(g, {in_nodes[i] for i in wrt})
-            rows = [backward_sweep(g, T, env, xs, {v: _one_hot(T, oshape, odt, k)}, wrt, active)
-                    for k in range(m)]
-            for j, i in enumerate(wrt):
-                ishape = tuple(xs[i].shape)
-                block = stack([reshape(r[j], (-1,)) for r in rows]) if m else None
-                results.append(reshape(block, tuple(oshape) + ishape))
-        else:
-            for i in wrt:
-                ishape = tuple(xs[i].shape)
-                n = int(np.prod(ishape))
-                cols = []
-                for k in range(n):
-                    t = tangent_sweep(g, T, env, {in_nodes[i]: _one_hot(T, ishape, xs[i].dtype, k)})
-                    tv = t.get(v)
-                    cols.append(reshape(tv, (-1,)) if tv is not None
-                                else reshape(_zeros(T, outs[oi]), (-1,)))
-                block = stack(cols, axis=-1)
-                results.append(reshape(block, tuple(oshape) + ishape))
+    out_nodes = g.graph["outputs"]
+    n_in, n_out = len(in_nodes), len(out_nodes)
+    xs = [T.new_input(Aval(g.nodes[v]["shape"], g.nodes[v]["dtype"]), g.nodes[v]["name"])
+          for v in in_nodes]
+    blocks = {}
+    if mode == "rev":
+        fwd, bwd, n_res = split(reverse(g, wrt, seed="input"), n_in, n_out)
+        fouts, _ = ir.eval_graph(fwd, xs, trace=T)
+        outs, residuals = fouts[:n_out], fouts[n_out:]
+        for oi, o in enumerate(outs):
+            o = _as_tracer(T, o)
+            cts = [_basis(T, o.shape, o.dtype) if j == oi else _zeros(T, _as_tracer(T, outs[j]))
+                   for j in range(n_out)]
+            flags = [False] * n_res + [j == oi for j in range(n_out)]
+            rows = batch_graph(bwd, flags, int(np.prod(o.shape)), trace=T,
+                               inputs=list(residuals) + cts)
+            for k, i in enumerate(wrt):
+                blocks[oi, i] = reshape(rows[k], tuple(o.shape) + tuple(xs[i].shape))
+    else:
+        tg = tangent(g, wrt, keep_outputs=True)
+        for i in wrt:
+            ishape = tuple(xs[i].shape)
+            n = int(np.prod(ishape))
+            seeds = [_basis(T, ishape, xs[i].dtype) if j == i else _zeros(T, xs[j]) for j in wrt]
+            flags = [False] * n_in + [j == i for j in wrt]
+            cols = batch_graph(tg, flags, n, trace=T, inputs=xs + seeds)[n_out:]
+            for oi, c in enumerate(cols):
+                oshape = tuple(c.shape[1:])
+                # (n, *oshape) -> (*oshape, n) -> oshape + ishape
+                c = transpose(c, tuple(range(1, len(oshape) + 1)) + (0,))
+                blocks[oi, i] = reshape(c, oshape + ishape)
+    results = [blocks[oi, i] for oi in range(n_out) for i in wrt]
     T.outputs = [T.operand(r) for r in results]
     return ir.from_trace(T)
 
 
 def hessian(g, wrt):
-    """Forward-over-reverse: the Jacobian (forward mode) of the gradient graph.
-    Outputs: block (i, j) = d grad_i / d x_j, row-major over ``wrt``."""
+    """Forward-over-reverse: the Jacobian (forward mode, batched) of the
+    gradient graph.  Outputs: block (i, j) = d grad_i / d x_j, row-major
+    over ``wrt``."""
     grad_g = reverse(g, wrt, seed="ones", keep_outputs=False)
     return jacobian(grad_g, wrt, mode="fwd")

@@ -21,6 +21,8 @@ Every primitive is a single ``Primitive`` row holding all of its rules:
   (``{0}``, ``{1}``...) and attributes (``{axis}``, formatted with ``repr``),
   or a callable ``(names, **attrs) -> expression``.
 * ``cuda``: the CUDA elementwise expression (same format), for fusible ops.
+* ``batch``: optional batching rule (vmap) where the generic ones in
+  ``tracegrad.batching`` do not fit.
 
 Values flowing through ``bind`` are eager ``Tensor``s, tracing ``Tracer``s,
 NumPy/CuPy arrays and Python scalars.  ``bind`` hands the call to the
@@ -54,12 +56,12 @@ class Aval(NamedTuple):
 class Primitive:
     __slots__ = ("name", "impl", "shape", "vjp", "jvp", "numpy", "cuda",
                  "nondiff", "n_out", "save_inputs", "save_out", "view",
-                 "ufunc", "helpers", "elementwise", "backward_name", "doc")
+                 "ufunc", "helpers", "elementwise", "batch", "backward_name", "doc")
 
     def __init__(self, name, impl, shape=None, vjp=None, jvp=None, numpy=None,
                  cuda=None, nondiff=False, n_out=1, save_inputs=True,
                  save_out=False, view=False, ufunc=None, helpers=(),
-                 elementwise=False, doc=None):
+                 elementwise=False, batch=None, doc=None):
         self.name = name
         self.impl = impl
         self.shape = shape
@@ -86,6 +88,10 @@ class Primitive:
         # numpy emitter calls; codegen copies their source into the module.
         self.helpers = tuple(helpers)
         self.elementwise = elementwise
+        # batch(vals, flags, B, **attrs): the op on operands of which those
+        # flagged carry a leading batch axis (see tracegrad.batching); only
+        # for ops the generic batching rules get wrong or make slow.
+        self.batch = batch
         self.backward_name = "".join(p.capitalize() for p in name.split("_")) + "Backward0"
         self.doc = doc
 
