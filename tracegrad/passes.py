@@ -128,6 +128,9 @@ def _simplify_node(g, v):
     if prim is not None and prim.elementwise and len(ops) > 1 and \
             _drop_explicit_broadcasts(g, v, d, ops):
         ops = ir.operands(g, v)
+    if op == "matmul" and g.nodes[ops[0]]["op"] == "basis" and \
+            len(g.nodes[ops[0]]["shape"]) == 2 and _same_type(g, ops[1], v):
+        return ops[1]  # identity @ M
     if op == "pow" and _is_scalar_const(g, ops[1], 2) and _same_type(g, ops[0], v):
         # x ** 2 -> x * x: one multiply instead of a pow
         return add_node(g, "mul", [ops[0], ops[0]], {}, d["shape"], d["dtype"], d.get("loc"))
@@ -253,3 +256,161 @@ def optimize(g, validate=False):
         if not changed:
             break
     return g
+
+
+# --- fusion (the CUDA target's grouping of elementwise nodes) ------------------------
+# Added for the CUDA target (tracegrad/codegen_cuda.py).  Every decision about
+# which nodes share a kernel is made here, in ``fusion_groups`` and the two
+# predicates it calls; the generator only renders the groups it is given.
+
+# Dtypes a kernel can load, compute and store (NumPy dtype name -> C type is
+# the CUDA generator's table; these are the names it knows).
+FUSIBLE_DTYPES = frozenset({"float32", "float64", "bool", "int8", "uint8", "int16", "uint16",
+                            "int32", "uint32", "int64", "uint64"})
+
+
+class FusionGroup:
+    """One kernel: elementwise ``nodes`` (topological order) over ``shape``,
+    plus ``reductions``: full ``sum`` nodes whose operand is computed in the
+    group, emitted as the kernel's epilogue (per-thread partial sums)."""
+    __slots__ = ("nodes", "shape", "reductions")
+
+    def __init__(self, nodes, shape, reductions):
+        self.nodes = nodes
+        self.shape = shape
+        self.reductions = reductions
+
+    def __repr__(self):
+        return f"<FusionGroup {list(self.shape)} nodes={self.nodes} reductions={self.reductions}>"
+
+
+def fusible(g, v):
+    """Can node v be computed inside a kernel?  It must be a single-output
+    elementwise primitive with a CUDA expression in its registry row, of a
+    dtype the kernel can hold, producing at least one element (an empty
+    result needs no kernel, and a zero-sized grid cannot be launched)."""
+    d = g.nodes[v]
+    if d["op"] in ("input", "const", "proj") or d.get("avals") is not None:
+        return False
+    prim = primitives.REGISTRY.get(d["op"])
+    if prim is None or not prim.elementwise or prim.cuda is None:
+        return False
+    if str(d["dtype"]) not in FUSIBLE_DTYPES or int(np.prod(d["shape"])) == 0:
+        return False
+    for u in ir.operands(g, v):
+        du = g.nodes[u]
+        if du["op"] == "const" and not isinstance(du["value"], np.ndarray):
+            continue  # a Python scalar becomes a literal
+        if du.get("dtype") is None or str(du["dtype"]) not in FUSIBLE_DTYPES:
+            return False
+    return True
+
+
+def _fused_reduction(g, r, member_of):
+    """Is node r a reduction the kernel computing its operand can finish?
+
+    Only a ``sum`` over every axis, of a float operand computed in a group,
+    in the operand's dtype: the kernel accumulates one partial sum per
+    thread in a register and stores it, and the driver sums the few
+    thousand partials with CuPy, so the operand itself never reaches
+    memory.  Partial-axis sums stay with CuPy (its reduction kernels beat a
+    strided grid-stride loop), as do max/min/prod."""
+    d = g.nodes[r]
+    if d["op"] != "sum":
+        return False
+    (u,) = ir.operands(g, r)
+    du = g.nodes[u]
+    if u not in member_of or du["dtype"] != d["dtype"] or du["dtype"].kind != "f":
+        return False
+    return tuple(d["attrs"]["axis"]) == tuple(range(len(du["shape"])))
+
+
+def fusion_groups(g):
+    """Partition the fusible nodes of ``g`` into kernels: the one cost
+    function of the CUDA target.
+
+    Cost model: an elementwise kernel on a GPU is bound by memory traffic
+    and launch count, not arithmetic, so every edge kept inside a kernel
+    saves a store, a load and (for the last user) an allocation, and every
+    merge saves a launch.  Fusing is therefore always profitable, subject to
+    three rules that keep a kernel one grid-stride loop without redundant
+    work:
+
+    1. **Same iteration space.**  All nodes of a group produce the same
+       shape; operands from outside the group may have any shape that
+       broadcasts to it (the kernel reads them through constant strides).
+       A smaller node feeding a larger one (``x[:, None] * y``) is not
+       pulled in: it would be recomputed once per broadcast element.
+    2. **Connected.**  Nodes join the group of an operand they read; two
+       unrelated chains of the same shape stay separate kernels (merging
+       them saves a launch but no traffic, and keeps kernels readable).
+    3. **Convex.**  No path may leave a group and come back into it (through
+       a reduction, a matmul, another kernel...): the contracted graph must
+       stay acyclic, or no launch order exists.  Checked on each merge.
+
+    Reductions, matrix products, indexing and shape ops break groups: they
+    run as CuPy calls between kernels.  Exception: a full ``sum`` of a value
+    computed in a group becomes that kernel's epilogue (``_fused_reduction``);
+    W2's forward and both gradients are then a single kernel.
+
+    Returns ``FusionGroup``s ordered by their first node; the generator
+    schedules them among the other nodes on the contracted graph, which
+    convexity keeps acyclic."""
+    order = ir.topo_order(g)
+    index = {v: i for i, v in enumerate(order)}
+    member_of = {}   # node -> group id
+    groups = {}      # group id -> set of nodes
+
+    def creates_cycle(nodes, limit):
+        # Walk out of the merged set through nodes outside it (whole groups
+        # at a time, since a group is one unit); reaching the set again
+        # means a cycle.  Nodes after ``limit`` in topological order are not
+        # grouped yet and cannot lead back to it, so the walk stops there.
+        stack = [w for u in nodes for w in g.successors(u) if w not in nodes]
+        seen = set()
+        while stack:
+            w = stack.pop()
+            if w in seen or index[w] > limit:
+                continue
+            seen.add(w)
+            unit = groups[member_of[w]] if w in member_of else (w,)
+            for x in unit:
+                seen.add(x)
+                for y in g.successors(x):
+                    if y in nodes:
+                        return True
+                    if y not in seen:
+                        stack.append(y)
+        return False
+
+    for v in order:
+        if not fusible(g, v):
+            continue
+        shape = g.nodes[v]["shape"]
+        merged = {v}
+        for u in ir.operands(g, v):
+            gid = member_of.get(u)
+            if gid is None or g.nodes[u]["shape"] != shape or u in merged:
+                continue
+            candidate = merged | groups[gid]
+            if not creates_cycle(candidate, index[v]):
+                merged = candidate
+        gid = min((member_of[u] for u in merged if u in member_of), default=v)
+        for u in merged:
+            old = member_of.get(u)
+            if old is not None and old != gid:
+                groups.pop(old, None)
+            member_of[u] = gid
+        groups[gid] = merged
+
+    reductions = {gid: [] for gid in groups}
+    for v in order:
+        d = g.nodes[v]
+        if d["op"] == "sum" and _fused_reduction(g, v, member_of):
+            reductions[member_of[ir.operands(g, v)[0]]].append(v)
+    out = []
+    for gid, nodes in groups.items():
+        ordered = sorted(nodes, key=index.__getitem__)
+        out.append(FusionGroup(ordered, tuple(g.nodes[ordered[0]]["shape"]), reductions[gid]))
+    out.sort(key=lambda grp: index[grp.nodes[0]])
+    return out
