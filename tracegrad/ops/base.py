@@ -649,8 +649,20 @@ swapdims = swapaxes
 @method("matmul")
 @implements(np.matmul)
 def matmul(a, b, **kw):
-    if len(shape_of(a)) == 0 or len(shape_of(b)) == 0:
+    sa, sb = shape_of(a), shape_of(b)
+    if len(sa) == 0 or len(sb) == 0:
         raise ValueError("matmul: both operands need at least one dimension; use * for scalars")
+    k_a, k_b = sa[-1], sb[0] if len(sb) == 1 else sb[-2]
+    if k_a != k_b:
+        raise ValueError(f"matmul: shapes {list(sa)} and {list(sb)} do not line up: the last "
+                         f"dimension of the first ({k_a}) must equal the "
+                         f"{'only' if len(sb) == 1 else 'second-to-last'} dimension of the "
+                         f"second ({k_b})")
+    try:
+        broadcast_shapes(sa[:-2], sb[:-2])
+    except ValueError:
+        raise ValueError(f"matmul: the batch dimensions of shapes {list(sa)} and {list(sb)} "
+                         f"cannot be broadcast together") from None
     return bind(matmul_p, a, b)
 
 

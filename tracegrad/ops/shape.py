@@ -32,6 +32,15 @@ def _norm_axis(axis, ndim, what="axis"):
     return a % _builtins.max(ndim, 1)
 
 
+_DEFAULT = object()  # "axis not given", distinct from NumPy's meaningful axis=None
+
+
+def _axis_or_dim(axis, dim, default):
+    if axis is _DEFAULT:
+        return default if dim is None else dim
+    return axis_arg(axis, dim)
+
+
 def _sl(ndim, axis, s):
     """An index selecting slice ``s`` along ``axis`` and everything elsewhere."""
     return (slice(None),) * axis + (s,) + (slice(None),) * (ndim - axis - 1)
@@ -268,9 +277,9 @@ def _as_operand(x):
 
 
 @implements(np.concatenate)
-def concatenate(arrays, axis=0, out=None, dtype=None, *, dim=None, casting=None):
+def concatenate(arrays, axis=_DEFAULT, out=None, dtype=None, *, dim=None, casting=None):
     """Join tensors along an existing axis (axis=None: flatten them first)."""
-    axis = axis_arg(axis, dim)
+    axis = _axis_or_dim(axis, dim, 0)
     xs = [_as_operand(a) for a in arrays]
     if not xs:
         raise ValueError("need at least one array to concatenate")
@@ -296,9 +305,9 @@ concat = cat = concatenate
 
 
 @implements(np.stack)
-def stack(arrays, axis=0, out=None, *, dim=None, dtype=None, casting=None):
+def stack(arrays, axis=_DEFAULT, out=None, *, dim=None, dtype=None, casting=None):
     """Join tensors of one shape along a new axis."""
-    axis = axis_arg(axis, dim)
+    axis = _axis_or_dim(axis, dim, 0)
     xs = [_as_operand(a) for a in arrays]
     if not xs:
         raise ValueError("need at least one array to stack")
@@ -335,9 +344,9 @@ def _split_at(x, indices, axis):
 
 
 @implements(np.split)
-def split(x, indices_or_sections, axis=0, *, dim=None):
+def split(x, indices_or_sections, axis=_DEFAULT, *, dim=None):
     """NumPy's split: N equal sections, or at the given indices."""
-    axis = _norm_axis(axis_arg(axis, dim), len(shape_of(x)))
+    axis = _norm_axis(_axis_or_dim(axis, dim, 0), len(shape_of(x)))
     n = shape_of(x)[axis]
     if isinstance(indices_or_sections, (int, np.integer)):
         k = int(indices_or_sections)
@@ -533,9 +542,9 @@ def pad(x, pad_width, mode="constant", constant_values=0, **kw):
 
 @method("diff")
 @implements(np.diff)
-def diff(x, n=1, axis=-1, prepend=None, append=None, *, dim=None):
+def diff(x, n=1, axis=_DEFAULT, prepend=None, append=None, *, dim=None):
     """n-th forward difference along an axis."""
-    axis = axis_arg(axis, dim)
+    axis = _axis_or_dim(axis, dim, -1)
     nd = len(shape_of(x))
     axis = _norm_axis(axis, nd)
     parts = []
