@@ -1,0 +1,356 @@
+"""The `tracegrad` command line, run as a user runs it: a subprocess.
+
+For every transform, `tracegrad compile` writes a module; all the modules
+are then imported and run in ONE fresh interpreter in which `import
+tracegrad` fails, and their results are compared with the decorator's.
+Every command-line mistake ends in one paragraph on stderr, exit status 2,
+and no traceback.
+"""
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+
+MODEL = '''
+import numpy as np
+
+
+def loss(w, x, y, alpha=0.1):
+    """A one-layer network's squared error plus weight decay."""
+    pred = np.tanh(x @ w)
+    return np.mean((pred - y) ** 2) + alpha * np.sum(w ** 2)
+
+
+def two(a, b):
+    return np.sum(np.sin(a) * b ** 2 + np.exp(a * b))
+
+
+def rollout(x, n_steps, dt):
+    """A damped oscillator stepped n_steps times (n_steps is static)."""
+    v = 0.0 * x
+    for _ in range(n_steps):
+        v = v - dt * (x + 0.1 * v)
+        x = x + dt * v
+    return x, {"energy": np.sum(x ** 2 + v ** 2)}
+
+
+def branchy(x):
+    if x.sum() > 0:
+        return x
+    return -x
+
+
+def needs_int(x):
+    return x[: int(x[0])]
+'''
+
+RUN_MODULES = '''
+import sys
+try:
+    import tracegrad
+except ImportError:
+    pass
+else:
+    raise SystemExit("tracegrad is importable in the standalone run: the test is void")
+import importlib
+import pickle
+import numpy as np
+with open(sys.argv[1], "rb") as f:
+    jobs = pickle.load(f)
+results = {}
+for module, func, args in jobs:
+    m = importlib.import_module(module)
+    assert "tracegrad" not in sys.modules
+    results[module] = getattr(m, func)(*args)
+    results[module + ".doc"] = m.__doc__ + "\\n" + getattr(m, func).__doc__
+    try:
+        getattr(m, func)(*[np.asarray(a, dtype=np.float32) for a in args])
+    except ValueError as e:
+        results[module + ".err"] = str(e)
+with open(sys.argv[2], "wb") as f:
+    pickle.dump(results, f)
+'''
+
+
+@pytest.fixture
+def work(tmp_path, monkeypatch):
+    (tmp_path / "model.py").write_text(MODEL)
+    monkeypatch.setenv("TRACEGRAD_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    sys.path.insert(0, str(tmp_path))
+    sys.modules.pop("model", None)
+    yield tmp_path
+    sys.path.remove(str(tmp_path))
+    sys.modules.pop("model", None)
+
+
+def cli(*args, cwd=None, env=None):
+    return subprocess.run([sys.executable, "-m", "tracegrad.cli", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def run_standalone(tmp_path, jobs):
+    """Import and call the generated modules in a fresh interpreter where
+    importing tracegrad raises ImportError."""
+    import pickle
+    block = tmp_path / "block"
+    block.mkdir(exist_ok=True)
+    (block / "tracegrad.py").write_text("raise ImportError('tracegrad is blocked in this test')\n")
+    (tmp_path / "run_modules.py").write_text(RUN_MODULES)
+    with open(tmp_path / "jobs.pkl", "wb") as f:
+        pickle.dump(jobs, f)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = os.pathsep.join([str(block), str(tmp_path / "out")])
+    r = subprocess.run([sys.executable, str(tmp_path / "run_modules.py"), str(tmp_path / "jobs.pkl"),
+                        str(tmp_path / "results.pkl")], cwd=str(tmp_path / "out"), env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    with open(tmp_path / "results.pkl", "rb") as f:
+        return pickle.load(f)
+
+
+def assert_tree_close(a, b):
+    if isinstance(a, (tuple, list)):
+        assert isinstance(b, (tuple, list)) and len(a) == len(b), (a, b)
+        for x, y in zip(a, b):
+            assert_tree_close(x, y)
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and sorted(a) == sorted(b)
+        for k in a:
+            assert_tree_close(a[k], b[k])
+    else:
+        assert np.shape(a) == np.shape(b)
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_every_transform_standalone_matches_decorator(work):
+    import model
+    rng = np.random.default_rng(0)
+    w, x, y = rng.normal(size=(3, 2)), rng.normal(size=(5, 3)), rng.normal(size=(5, 2))
+    a, b = rng.normal(size=4), rng.normal(size=4)
+    ta, tb = rng.normal(size=4), rng.normal(size=4)
+    x0 = rng.normal(size=3)
+    loss_args = ["--arg", "w=float64[3,2]", "--arg", "x=float64[5,3]", "--arg", "y=float64[5,2]"]
+    two_args = ["--arg", "a=float64[4]", "--arg", "b=float64[4]"]
+    out = work / "out"
+    out.mkdir()
+    cases = [
+        # module, CLI arguments, function name, call arguments, the decorator's result
+        ("loss_fwd", ["model.py:loss", *loss_args, "--static", "alpha=0.5"], "loss", (w, x, y),
+         tg.compile(model.loss, static_argnums=3)(w, x, y, 0.5)),
+        ("loss_grad", ["model.py:loss", *loss_args, "--grad"], "loss", (w, x, y),
+         tg.grad(model.loss)(w, x, y)),
+        ("loss_grad2", ["model.py:loss", *loss_args, "--grad", "--wrt", "w,x"], "loss", (w, x, y),
+         tg.grad(model.loss, argnums=(0, 1))(w, x, y)),
+        ("loss_vg", ["model.py:loss", *loss_args, "--value-and-grad", "--wrt", "x"], "loss",
+         (w, x, y), tg.value_and_grad(model.loss, argnums=1)(w, x, y)),
+        ("two_jac", ["model.py:two", *two_args, "--jacobian", "--wrt", "a,b"], "two", (a, b),
+         tg.jacobian(model.two, argnums=(0, 1))(a, b)),
+        ("two_hess", ["model.py:two", *two_args, "--hessian", "--wrt", "b"], "two", (a, b),
+         tg.hessian(model.two, argnums=1)(a, b)),
+        ("two_vjp", ["model.py:two", *two_args, "--vjp"], "two", (a, b, np.float64(1.5)),
+         (lambda o, f: (o, f(np.float64(1.5))))(*tg.vjp(model.two, a, b))),
+        ("two_jvp", ["model.py:two", *two_args, "--jvp"], "two", (a, b, ta, tb),
+         tg.jvp(model.two, (a, b), (ta, tb))),
+    ]
+    ct = (np.ones(3), {"energy": np.float64(2.0)})
+    roll = lambda x: model.rollout(x, 5, 0.1)  # noqa: E731
+    o, f_vjp = tg.vjp(roll, x0)
+    cases += [
+        ("roll_fwd", ["model.py:rollout", "--arg", "x=float64[3]", "--static", "n_steps=5",
+                      "--static", "dt=0.1"], "rollout", (x0,), roll(x0)),
+        ("roll_vjp", ["model.py:rollout", "--arg", "x=float64[3]", "--static", "n_steps=5",
+                      "--static", "dt=0.1", "--vjp"], "rollout", (x0, ct[0], ct[1]["energy"]),
+         (o, f_vjp(ct))),
+        ("roll_jvp", ["model.py:rollout", "--arg", "x=float64[3]", "--static", "n_steps=5",
+                      "--static", "dt=0.1", "--jvp"], "rollout", (x0, ta[:3]),
+         tg.jvp(roll, (x0,), (ta[:3],))),
+    ]
+    for module, args, _, _, _ in cases:
+        r = cli("compile", *args, "-o", str(out / f"{module}.py"))
+        assert r.returncode == 0, r.stderr
+        text = (out / f"{module}.py").read_text()
+        assert "tracegrad" not in "".join(l for l in text.splitlines() if l.startswith(("import", "from")))
+    results = run_standalone(work, [(m, fn, args) for m, _, fn, args, _ in cases])
+    for module, _, fn, _, expected in cases:
+        assert_tree_close(results[module], expected)
+        doc = results[module + ".doc"]
+        assert f"tracegrad {tg.__version__}" in doc and "model.py" in doc
+        # the door check names the function, the argument, and both types
+        assert results[module + ".err"].startswith(f"{fn}(): argument ")
+        assert "must be float64[" in results[module + ".err"] and "got float32[" in results[module + ".err"]
+
+
+def test_hessian_with_two_arguments_gives_all_blocks(work):
+    import model
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(size=3), rng.normal(size=3)
+    (work / "out").mkdir()
+    r = cli("compile", "model.py:two", "--arg", "a=float64[3]", "--arg", "b=float64[3]",
+            "--hessian", "--wrt", "a,b", "-o", "out/h.py")
+    assert r.returncode == 0, r.stderr
+    H = run_standalone(work, [("h", "two", (a, b))])["h"]
+    assert_tree_close(H[0][0], tg.hessian(model.two, argnums=0)(a, b))
+    assert_tree_close(H[1][1], tg.hessian(model.two, argnums=1)(a, b))
+    # the mixed block, by finite differences of the gradient w.r.t. a along b
+    eps = 1e-6
+    ga = tg.grad(model.two, argnums=0)
+    fd = np.stack([(ga(a, b + eps * e) - ga(a, b - eps * e)) / (2 * eps) for e in np.eye(3)], 1)
+    np.testing.assert_allclose(H[0][1], fd, atol=1e-7)
+    np.testing.assert_allclose(H[1][0], H[0][1].T, atol=1e-12)
+
+
+def test_door_check_message_and_stdout(work):
+    r = cli("compile", "model.py:loss", "--arg", "w=float64[128,64]", "--arg", "x=float64[10,128]",
+            "--arg", "y=float64[10,64]", "--grad", "-o", "-")
+    assert r.returncode == 0, r.stderr
+    ns = {}
+    exec(compile(r.stdout, "loss_grad.py", "exec"), ns)
+    w = np.zeros((128, 64), np.float32)
+    with pytest.raises(ValueError) as e:
+        ns["loss"](w, np.zeros((10, 128)), np.zeros((10, 64)))
+    assert str(e.value) == "loss(): argument 'w' must be float64[128, 64], got float32[128, 64]"
+    with pytest.raises(ValueError, match=r"argument 'x' must be float64\[10, 128\], got float64\[10, 127\]"):
+        ns["loss"](w.astype(np.float64), np.zeros((10, 127)), np.zeros((10, 64)))
+    with pytest.raises(TypeError, match="argument 'w' must be a NumPy array"):
+        ns["loss"]("w", np.zeros((10, 128)), np.zeros((10, 64)))
+
+
+def test_cupy_backend_module_is_cupy_code(work):
+    """The CuPy module is the same straight-line code with cp. calls; run it
+    here with NumPy standing in for CuPy (no GPU needed)."""
+    import model
+    r = cli("compile", "model.py:loss", "--arg", "w=float64[3,2]", "--arg", "x=float64[5,3]",
+            "--arg", "y=float64[5,2]", "--static", "alpha=0.5", "--value-and-grad",
+            "--backend", "cupy", "-o", "-")
+    assert r.returncode == 0, r.stderr
+    src = r.stdout
+    code = [l.split("#")[0] for l in src.splitlines()]
+    assert "import cupy as cp" in code and not [l for l in code if "np." in l.replace("numpy.", "")]
+    fake = work / "fake"
+    fake.mkdir()
+    (fake / "cupy.py").write_text("import sys, numpy\nsys.modules[__name__] = numpy\n")
+    sys.path.insert(0, str(fake))
+    try:
+        sys.modules.pop("cupy", None)
+        ns = {}
+        exec(compile(src, "loss_cupy.py", "exec"), ns)
+        rng = np.random.default_rng(2)
+        w, x, y = rng.normal(size=(3, 2)), rng.normal(size=(5, 3)), rng.normal(size=(5, 2))
+        assert_tree_close(ns["loss"](w, x, y), tg.value_and_grad(model.loss)(w, x, y, 0.5))
+    finally:
+        sys.path.remove(str(fake))
+        sys.modules.pop("cupy", None)
+
+
+def test_show_formats_and_render(work):
+    base = ["show", "model.py:two", "--arg", "a=float64[4]", "--arg", "b=float64[4]", "--grad"]
+    src = cli(*base)
+    assert src.returncode == 0 and "def value_and_grad(a, b):" in src.stdout
+    ir = cli(*base, "--format", "ir")
+    assert ir.returncode == 0 and ir.stdout.startswith("graph(%0:a:float64[4], %1:b:float64[4])")
+    assert "cos(%0)" in ir.stdout
+    dot = cli(*base, "--format", "dot")
+    assert dot.returncode == 0 and dot.stdout.startswith('digraph "tracegrad"')
+    # without Graphviz on PATH: a clear message, exit status 2
+    env = dict(os.environ, PATH=str(work))
+    r = subprocess.run([sys.executable, "-m", "tracegrad.cli", *base, "--render", "g.png"],
+                       env=env, capture_output=True, text=True)
+    assert r.returncode == 2 and "Graphviz" in r.stderr and "not installed" in r.stderr
+    assert "Traceback" not in r.stderr
+    if shutil.which("dot"):
+        r = cli(*base, "--render", "g.svg")
+        assert r.returncode == 0, r.stderr
+        assert (work / "g.svg").read_text().lstrip().startswith(("<?xml", "<svg"))
+
+
+def test_cache_info_and_clear(work):
+    cache = work / "cache"
+    r = subprocess.run([sys.executable, "-c", "import numpy as np, tracegrad as tg, model; "
+                        "print(tg.grad(model.two)(np.ones(4), np.ones(4)))"],
+                       capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+                           [str(work)] + [p for p in [os.environ.get("PYTHONPATH")] if p])))
+    assert r.returncode == 0, r.stderr
+    info = cli("cache", "info")
+    assert info.returncode == 0
+    n = len([p for p in os.listdir(cache) if p.endswith(".py")])
+    assert n >= 1
+    assert f"entries: {n}" in info.stdout and str(cache) in info.stdout and "bytes" in info.stdout
+    clear = cli("cache", "clear")
+    assert clear.returncode == 0 and f"cleared {n} entries" in clear.stdout
+    assert not [p for p in os.listdir(cache) if p.endswith(".py")]
+    assert "entries: 0" in cli("cache", "info").stdout
+    off = cli("cache", "info", env=dict(os.environ, TRACEGRAD_CACHE="0"))
+    assert off.returncode == 0 and "off" in off.stdout
+
+
+def test_version_and_help():
+    r = cli("--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"tracegrad {tg.__version__}"
+    h = cli("compile", "--help")
+    assert h.returncode == 0
+    for opt in ("--arg", "--static", "--grad", "--value-and-grad", "--vjp", "--jvp", "--jacobian",
+                "--hessian", "--wrt", "--backend", "-o"):
+        assert opt in h.stdout
+    m = subprocess.run([sys.executable, "-m", "tracegrad", "--version"], capture_output=True,
+                       text=True)
+    assert m.returncode == 0 and tg.__version__ in m.stdout
+
+
+ARGS = ["--arg", "a=float64[4]", "--arg", "b=float64[4]"]
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["compile", "missing.py:f", "--arg", "x=float64[3]"], ["no such file: missing.py"]),
+    (["compile", "model.py:nope", *ARGS], ["has no function 'nope'", "loss", "two"]),
+    (["compile", "nosuchpkg.mod:f", *ARGS], ["cannot import the module 'nosuchpkg.mod'"]),
+    (["compile", "model.py", *ARGS], ["does not name a function", "FILE.py:FUNC"]),
+    (["compile", "model.py:two", "--arg", "a=float64[4", "--arg", "b=float64[4]"],
+     ["'a=float64[4' does not parse", "NAME=DTYPE[SHAPE]"]),
+    (["compile", "model.py:two", "--arg", "a=flaot64[4]", "--arg", "b=float64[4]"],
+     ["'flaot64' is not a NumPy numeric dtype"]),
+    (["compile", "model.py:two", "--arg", "a=float64[4,x]", "--arg", "b=float64[4]"],
+     ["must be non-negative integers"]),
+    (["compile", "model.py:two", "--arg", "a=float64[4]"], ["needs a value for 'b'"]),
+    (["compile", "model.py:two", *ARGS, "--arg", "c=float64[1]"], ["two has no argument 'c'"]),
+    (["compile", "model.py:rollout", "--arg", "x=float64[3]", "--static", "n_steps=five",
+      "--static", "dt=0.1"], ["is not a Python literal"]),
+    (["compile", "model.py:two", *ARGS, "--grad", "--wrt", "c"], ["no array argument 'c'"]),
+    (["compile", "model.py:two", *ARGS, "--wrt", "a"], ["--wrt needs a transform"]),
+    (["compile", "model.py:loss", "--arg", "w=float64[3,2]", "--arg", "x=float64[5,4]",
+      "--arg", "y=float64[5,2]"], ["tracing loss(", "matmul", "model.py, line 7", "--arg shapes"]),
+    (["compile", "model.py:rollout", "--arg", "x=float64[3]", "--static", "n_steps=2",
+      "--static", "dt=0.1", "--grad"], ["--grad needs rollout to return one array"]),
+    (["compile", "model.py:branchy", "--arg", "x=float64[3]"],
+     ["cannot trace branchy", "model.py, line 25", "if x.sum() > 0:", "np.where", "--static"]),
+    (["compile", "model.py:needs_int", "--arg", "x=float64[3]", "--grad"],
+     ["cannot trace needs_int", "int() requested"]),
+    (["show", "model.py:two", *ARGS, "--vjp", "--wrt", "q"], ["no array argument 'q'"]),
+])
+def test_cli_errors_are_one_paragraph(work, args, needles):
+    r = cli(*args)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
+    flat = " ".join(r.stderr.split())
+    assert flat.startswith(f"tracegrad {args[0]}: error: ")
+    for n in needles:
+        assert n in flat, flat
+    assert "\n\n" not in r.stderr.strip()  # one paragraph
+
+
+def test_debug_shows_the_traceback(work):
+    r = cli("compile", "model.py:branchy", "--arg", "x=float64[3]", "--debug")
+    assert r.returncode == 2
+    assert "Traceback" in r.stderr and "TraceError" in r.stderr
+
+
+def test_usage_errors_exit_2():
+    r = cli("compile", "model.py:two", "--grad", "--hessian")
+    assert r.returncode == 2 and "not allowed with" in r.stderr
+    assert cli("frobnicate").returncode == 2

@@ -1,0 +1,845 @@
+"""The ``tracegrad`` command line.
+
+    tracegrad compile FILE.py:FUNC --arg w=float64[128,64] [--arg ...] [--static n=3]
+              [--grad | --value-and-grad | --vjp | --jvp | --jacobian | --hessian]
+              [--wrt w,b] [--backend numpy|cupy] [--name NAME] -o OUT.py
+    tracegrad show FILE.py:FUNC --arg ... [--grad ...] [--format source|ir|dot] [--render g.png]
+    tracegrad cache info | tracegrad cache clear
+
+``compile`` writes ONE standalone module: the generated code of the chosen
+transform (from ``.lower()``, exactly what the decorator runs), wrapped in a
+function with the user's argument names that checks shapes and dtypes at the
+door.  The module imports only NumPy (or CuPy); tracegrad is not needed to
+run it.
+
+Every mistake a user can make at the command line (a missing file or
+function, an argument spec that does not parse, a shape the function
+rejects, value-dependent control flow) ends in one paragraph on stderr and
+exit status 2; ``--debug`` shows the Python traceback instead.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import importlib.util
+import inspect
+import io
+import keyword
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+import tokenize
+import traceback
+
+import numpy as np
+
+from tracegrad._version import __version__
+
+EXIT_USAGE = 2
+
+TRANSFORMS = {
+    # option -> (description, the api kind lowered for it)
+    "forward": ("the value of", "forward"),
+    "grad": ("the gradient of", "grad"),
+    "value_and_grad": ("the value and gradient of", "value_and_grad"),
+    "vjp": ("the value and vector-Jacobian product of", "vjp"),
+    "jvp": ("the value and Jacobian-vector product of", "jvp"),
+    "jacobian": ("the Jacobian (reverse mode) of", "jacrev"),
+    "hessian": ("the Hessian of", "hessian"),
+}
+
+# Names the generated module defines or imports at top level; the public
+# function may not take one of them.
+_RESERVED = {"np", "cp", "numpy", "cupy", "math", "base64"}
+
+
+class CLIError(Exception):
+    """A mistake at the command line: reported as one paragraph, exit status 2."""
+
+
+# --- argument specs -------------------------------------------------------------------
+
+_ARG_RE = re.compile(r"^\s*([A-Za-z_]\w*)\s*=\s*([A-Za-z][A-Za-z0-9_]*)\s*\[([^\]]*)\]\s*$")
+
+
+def parse_arg_spec(spec):
+    """``'w=float64[128,64]'`` -> ``('w', dtype('float64'), (128, 64))``;
+    ``'s=float64[]'`` is a scalar."""
+    m = _ARG_RE.match(spec)
+    if not m:
+        raise CLIError(
+            f"--arg {spec!r} does not parse: write NAME=DTYPE[SHAPE], for example "
+            f"--arg w=float64[128,64] for a matrix, --arg x=float32[10] for a vector or "
+            f"--arg s=float64[] for a scalar.")
+    name, dtype_name, dims = m.groups()
+    try:
+        dtype = np.dtype(dtype_name)
+        if dtype.kind not in "biufc" or dtype_name != dtype.name and dtype_name not in (
+                "float", "int", "bool", "complex"):
+            raise TypeError
+        if dtype_name in ("float", "int", "complex"):  # NumPy's defaults, spelled out
+            dtype = np.dtype({"float": "float64", "int": "int64", "complex": "complex128"}[dtype_name])
+    except TypeError:
+        raise CLIError(
+            f"--arg {spec!r}: {dtype_name!r} is not a NumPy numeric dtype name; use one of "
+            f"float64, float32, float16, int64, int32, int8, uint8, bool, complex128.") from None
+    shape = []
+    for d in (p.strip() for p in dims.split(",")) if dims.strip() else ():
+        if not d.isdigit():
+            raise CLIError(
+                f"--arg {spec!r}: the shape [{dims}] must be non-negative integers separated by "
+                f"commas, like [128,64], or empty [] for a scalar.")
+        shape.append(int(d))
+    return name, dtype, tuple(shape)
+
+
+def parse_static(spec):
+    """``'n=3'`` -> ``('n', 3)``: the value is a Python literal."""
+    name, eq, text = spec.partition("=")
+    name = name.strip()
+    if not eq or not name.isidentifier():
+        raise CLIError(f"--static {spec!r} does not parse: write NAME=VALUE with a Python "
+                       f"literal value, for example --static n_steps=100 or --static mode=\"'tanh'\".")
+    try:
+        value = ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError):
+        raise CLIError(
+            f"--static {spec!r}: {text.strip()!r} is not a Python literal (number, string in "
+            f"quotes, True/False/None, or a tuple of these). A string needs its own quotes "
+            f"inside the shell's: --static {name}=\"'{text.strip()}'\".") from None
+    try:
+        hash(value)
+    except TypeError:
+        raise CLIError(f"--static {spec!r}: static values are part of the cache key and must be "
+                       f"hashable; write a tuple (1, 2) instead of a list [1, 2].") from None
+    return name, value
+
+
+def spec_str(dtype, shape):
+    return f"{np.dtype(dtype).name}[{', '.join(str(d) for d in shape)}]"
+
+
+# --- loading the user's function ----------------------------------------------------------
+
+def load_function(target):
+    """``FILE.py:FUNC`` or ``pkg.mod:FUNC`` (FUNC may be dotted) -> (function, where)."""
+    mod_part, colon, func_part = target.rpartition(":")
+    if not colon or not mod_part or not func_part:
+        raise CLIError(f"{target!r} does not name a function: write FILE.py:FUNC (a path to a "
+                       f"Python file and the function's name in it) or package.module:FUNC.")
+    if mod_part.endswith(".py") or os.sep in mod_part or "/" in mod_part:
+        path = os.path.abspath(mod_part)
+        if not os.path.isfile(path):
+            raise CLIError(f"no such file: {mod_part} (looked for {path}); give the path to the "
+                           f"Python file that defines {func_part}, as FILE.py:FUNC.")
+        stem = os.path.splitext(os.path.basename(path))[0]
+        mod_name = stem if stem.isidentifier() and stem not in sys.modules else \
+            "tracegrad_user_" + re.sub(r"\W", "_", stem)
+        # the file's own folder first, so its sibling imports work as when run as a script
+        sys.path.insert(0, os.path.dirname(path))
+        spec = importlib.util.spec_from_file_location(mod_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = module
+        where = mod_part
+        try:
+            spec.loader.exec_module(module)
+        except SystemExit:
+            raise CLIError(f"running {mod_part} to find {func_part} called sys.exit(); put the "
+                           f"script part of the file under `if __name__ == \"__main__\":`.") from None
+        except Exception as e:
+            raise CLIError(f"running {mod_part} to find {func_part} failed with "
+                           f"{_exc_summary(e, path)}; the file must import cleanly.") from e
+    else:
+        if os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        where = mod_part
+        try:
+            module = importlib.import_module(mod_part)
+        except ModuleNotFoundError as e:
+            raise CLIError(f"cannot import the module {mod_part!r} ({e}); for a file write "
+                           f"FILE.py:FUNC, for a module make sure it is installed or in the "
+                           f"current folder.") from e
+        except Exception as e:
+            raise CLIError(f"importing {mod_part} failed with {_exc_summary(e)}.") from e
+    obj = module
+    for part in func_part.split("."):
+        if not hasattr(obj, part):
+            funcs = sorted(n for n, v in vars(module).items()
+                           if inspect.isfunction(v) and getattr(v, "__module__", None) == module.__name__
+                           or type(v).__name__ == "Compiled")
+            hint = f" Functions defined there: {', '.join(funcs)}." if funcs else \
+                " It defines no functions."
+            raise CLIError(f"{where} has no function {func_part!r}.{hint}")
+        obj = getattr(obj, part)
+    fn = getattr(obj, "fn", obj) if type(obj).__name__ == "Compiled" else obj  # @tg.compile
+    if not callable(fn):
+        raise CLIError(f"{where}:{func_part} is a {type(fn).__name__}, not a function.")
+    return fn, where
+
+
+def _exc_summary(e, path=None):
+    """'TypeError: ... (file.py, line 3)' with the innermost frame in ``path``."""
+    text = f"{type(e).__name__}: {e}"
+    tb = traceback.extract_tb(e.__traceback__)
+    frames = [f for f in tb if path is None or os.path.abspath(f.filename) == path]
+    if frames:
+        f = frames[-1]
+        text += f" ({os.path.basename(f.filename)}, line {f.lineno})"
+    return text
+
+
+# --- the function's arguments --------------------------------------------------------------
+
+class Target:
+    """The user's function with its arguments resolved from --arg and --static."""
+
+    def __init__(self, fn, where, func_name, arg_specs, static_specs):
+        self.fn = fn
+        self.where = where
+        self.func_name = func_name
+        try:
+            sig = inspect.signature(fn)
+        except (TypeError, ValueError):
+            raise CLIError(f"cannot read the signature of {func_name}; compile needs a Python "
+                           f"function with named arguments.") from None
+        params = sig.parameters
+        args = {}
+        for spec in arg_specs:
+            name, dtype, shape = parse_arg_spec(spec)
+            if name in args:
+                raise CLIError(f"--arg {name} is given twice.")
+            args[name] = (dtype, shape)
+        statics = {}
+        for spec in static_specs:
+            name, value = parse_static(spec)
+            if name in statics or name in args:
+                raise CLIError(f"argument {name!r} is given twice (--arg/--static).")
+            statics[name] = value
+        for p in params.values():
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                raise CLIError(f"{func_name} takes *{p.name}/**{p.name}; compile needs a function "
+                               f"whose arguments are all named, like def {func_name}(w, x, y).")
+        named = list(params)
+        for n in list(args) + list(statics):
+            if n not in params:
+                raise CLIError(f"{func_name} has no argument {n!r}; its arguments are "
+                               f"{', '.join(named) or '(none)'}.")
+        missing = [p.name for p in params.values()
+                   if p.name not in args and p.name not in statics and p.default is p.empty]
+        if missing:
+            raise CLIError(
+                f"{func_name}({', '.join(named)}) needs a value for "
+                f"{', '.join(repr(m) for m in missing)}: give each array argument as "
+                f"--arg NAME=DTYPE[SHAPE] (e.g. --arg {missing[0]}=float64[10]) and each "
+                f"non-array argument as --static NAME=VALUE.")
+        if not args:
+            raise CLIError(f"{func_name}: give at least one array argument with --arg NAME=DTYPE[SHAPE].")
+        for n in args:
+            if n in _RESERVED or keyword.iskeyword(n):
+                raise CLIError(f"argument name {n!r} clashes with a module the generated code "
+                               f"imports; rename the argument in {func_name}.")
+        self.params = params
+        self.dyn = [n for n in named if n in args]        # array arguments, in signature order
+        self.specs = [args[n] for n in self.dyn]
+        self.statics = statics
+        self.out_tree = None
+
+    def bound(self):
+        """A function of the array arguments only (static values bound), named
+        like the user's; it records the structure of what the user's returns."""
+        fn, params, dyn, statics = self.fn, self.params, self.dyn, self.statics
+        target = self
+
+        def bound(*arrays):
+            given = dict(zip(dyn, arrays))
+            given.update(statics)
+            pos = [given.pop(p.name) for p in params.values()
+                   if p.kind is p.POSITIONAL_ONLY and p.name in given]
+            out = fn(*pos, **given)
+            from tracegrad.trace import tree_flatten
+            target.out_tree = tree_flatten(out)[1]
+            return out
+
+        bound.__name__ = getattr(fn, "__name__", "f")
+        bound.__qualname__ = getattr(fn, "__qualname__", bound.__name__)
+        bound.__module__ = getattr(fn, "__module__", None)
+        bound.__signature__ = inspect.Signature(
+            [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in dyn])
+        return bound
+
+    def placeholders(self):
+        """Arrays of the right shapes and dtypes, without allocating them:
+        lowering only reads shapes and dtypes."""
+        return [np.broadcast_to(np.zeros((), dtype), shape) for dtype, shape in self.specs]
+
+    def signature_text(self):
+        return ", ".join(f"{n}: {spec_str(*s)}" for n, s in zip(self.dyn, self.specs))
+
+
+def resolve_wrt(target, transform, wrt_text):
+    """Positions (among the array arguments) to differentiate with respect to."""
+    if transform == "forward":
+        if wrt_text:
+            raise CLIError("--wrt needs a transform (--grad, --value-and-grad, --vjp, --jvp, "
+                           "--jacobian or --hessian); the forward computation has no derivative.")
+        return []
+    if wrt_text:
+        names = [w.strip() for w in wrt_text.split(",") if w.strip()]
+    elif transform in ("vjp", "jvp"):   # like tg.vjp / tg.jvp: every floating-point array
+        names = [n for n, (dt, _) in zip(target.dyn, target.specs) if dt.kind in "fc"]
+    else:                                # like tg.grad: the first argument
+        names = [target.dyn[0]]
+    pos = []
+    for n in names:
+        if n in target.statics:
+            raise CLIError(f"--wrt {n}: {n!r} is a --static argument; derivatives are taken with "
+                           f"respect to array arguments (--arg).")
+        if n not in target.dyn:
+            raise CLIError(f"--wrt {n}: {target.func_name} has no array argument {n!r}; its "
+                           f"array arguments are {', '.join(target.dyn)}.")
+        dtype = target.specs[target.dyn.index(n)][0]
+        if dtype.kind not in "fc":
+            raise CLIError(f"--wrt {n}: {n!r} is {dtype.name}; derivatives are taken with respect "
+                           f"to floating-point arguments. Declare it float64 or choose another --wrt.")
+        if target.dyn.index(n) in pos:
+            raise CLIError(f"--wrt {n} is given twice.")
+        pos.append(target.dyn.index(n))
+    if not pos:
+        raise CLIError(f"--{transform.replace('_', '-')}: {target.func_name} has no floating-point "
+                       f"array argument to differentiate; declare one with --arg NAME=float64[...].")
+    return pos
+
+
+# --- lowering ---------------------------------------------------------------------------------
+
+def lower(target, transform, wrt, backend):
+    """The ``Lowered`` (graph, generated source) of one transform.
+
+    forward/grad/value_and_grad/jacobian/hessian come straight from the
+    decorator's ``.lower()``.  tg.vjp and tg.jvp have no ``.lower()``, so
+    their graphs are derived here from the forward graph that ``.lower()``
+    returns, with the same transforms tg.vjp/tg.jvp apply
+    (adjoint.reverse / adjoint.tangent, then the passes) and printed by the
+    same code generator."""
+    fn = target.bound()
+    lowered = _lower(fn, target, transform, wrt, backend)
+    # The generated docstring names the function's file; point it at the
+    # user's file rather than at the wrapper above, which binds static values.
+    try:
+        ours = f"({inspect.getsourcefile(fn)}:{inspect.getsourcelines(fn)[1]})"
+        theirs = f"({inspect.getsourcefile(target.fn)}:{inspect.getsourcelines(target.fn)[1]})"
+        lowered.source = lowered.source.replace(ours, theirs)
+    except (TypeError, OSError):
+        pass
+    return lowered
+
+
+def _lower(fn, target, transform, wrt, backend):
+    import tracegrad as tg
+    from tracegrad.api import Lowered
+
+    xs = target.placeholders()
+    argnums = tuple(wrt) if len(wrt) > 1 else (wrt[0] if wrt else 0)
+    if transform == "forward":
+        return tg.compile(fn, backend=backend).lower(*xs)
+    if transform in ("grad", "value_and_grad", "jacobian", "hessian"):
+        make = {"grad": tg.value_and_grad, "value_and_grad": tg.value_and_grad,
+                "jacobian": tg.jacobian, "hessian": tg.hessian}[transform]
+        return make(fn, argnums=argnums, backend=backend).lower(*xs)
+    from tracegrad import adjoint, cache, codegen, passes
+    fwd = tg.compile(fn, backend=backend).lower(*xs)
+    g = fwd.graph
+    n_out = len(g.graph["outputs"])
+    names = list(target.dyn)
+    if transform == "vjp":
+        g2 = adjoint.reverse(g, list(wrt), seed="input", keep_outputs=True)
+        names += ["ct"] if n_out == 1 else [f"ct_{i}" for i in range(n_out)]
+        what = "outputs, then the cotangents of " + ", ".join(target.dyn[i] for i in wrt)
+    else:
+        g2 = adjoint.tangent(g, list(wrt), keep_outputs=True)
+        names += [f"t_{target.dyn[i]}" for i in wrt]
+        what = "outputs, then their tangents"
+    passes.optimize(g2)
+    parts = dict(fwd.key_parts, transform=transform, wrt=repr(list(wrt)))
+    key = cache.key_hash(parts)
+    src = fwd.key_parts.get("function", target.func_name)
+    source = codegen.generate_numpy(
+        [(g2, transform, names, f"The {transform} of {src}: the {what}.")],
+        source=src, transform=transform, key=key)
+    return Lowered(g2, source, key, parts, fwd.backend)
+
+
+def run_lowering(target, transform, wrt, backend):
+    """``lower`` with the user's mistakes turned into CLIErrors."""
+    from tracegrad.trace import TraceError
+    try:
+        return lower(target, transform, wrt, backend)
+    except TraceError as e:
+        raise CLIError(f"cannot trace {target.func_name}({target.signature_text()}): "
+                       f"{_one_paragraph(str(e))} At the command line, a static argument is "
+                       f"--static NAME=VALUE.") from e
+    except CLIError:
+        raise
+    except Exception as e:
+        _check_single_output(target, transform)
+        user_file = inspect.getsourcefile(target.fn) if inspect.isfunction(target.fn) else None
+        raise CLIError(
+            f"tracing {target.func_name}({target.signature_text()}) for "
+            f"--{transform.replace('_', '-')} failed with "
+            f"{_exc_summary(e, os.path.abspath(user_file) if user_file else None)}."
+            + (" Check that the --arg shapes and dtypes are ones the function accepts."
+               if isinstance(e, ValueError) else "")) from e
+
+
+def _check_single_output(target, transform):
+    """grad, value_and_grad, jacobian and hessian differentiate one output array."""
+    if transform in ("grad", "value_and_grad", "jacobian", "hessian") and \
+            target.out_tree not in (None, ("leaf",)):
+        raise CLIError(f"--{transform.replace('_', '-')} needs {target.func_name} to return one "
+                       f"array, but it returns a {target.out_tree[0]} of several; return the one "
+                       f"to differentiate, or use --vjp/--jvp, which take any output structure.")
+
+
+def _one_paragraph(msg):
+    msg = re.sub(r":\n\s+(.+?)\n", lambda m: f": `{m.group(1).strip()}`. ", msg)
+    return " ".join(msg.split())
+
+
+# --- the standalone module -------------------------------------------------------------------
+
+def _tree_code(tree, leaves):
+    """Python source rebuilding the output structure ``tree`` from leaf expressions."""
+    it = iter(leaves)
+
+    def rec(d):
+        kind = d[0]
+        if kind == "leaf":
+            return next(it)
+        if kind == "none":
+            return "None"
+        if kind in ("tuple", "namedtuple"):
+            items = [rec(e) for e in (d[1] if kind == "tuple" else d[2])]
+            return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+        if kind == "list":
+            return "[" + ", ".join(rec(e) for e in d[1]) + "]"
+        if kind == "dict":
+            return "{" + ", ".join(f"{k!r}: {rec(e)}" for k, e in zip(d[1], d[2])) + "}"
+        raise ValueError(kind)
+
+    return rec(tree)
+
+
+def _group(items):
+    return items[0] if len(items) == 1 else "(" + ", ".join(items) + ")"
+
+
+def _to_cupy(source):
+    """The generated NumPy module, rewritten for CuPy: ``np.`` calls become
+    ``cp.`` calls (CuPy mirrors NumPy's API), constants are decoded on the
+    host and copied to the GPU once."""
+    if "def _erf(" in source:
+        raise CLIError("the CuPy target of `tracegrad compile` cannot export erf (its NumPy "
+                       "helper runs math.erf per element on the host); use --backend numpy.")
+    out = []
+    for line in source.splitlines(keepends=True):
+        if line.startswith("import numpy as np"):
+            out.append("import numpy  # constants are decoded on the host, then copied to the GPU\n")
+            out.append("import cupy as cp\n")
+            continue
+        m = re.match(r"^(_c\d+) = (.*?)(  # %.*)?\n?$", line)
+        if m and m.group(2).startswith("np."):
+            out.append(f"{m.group(1)} = cp.asarray({m.group(2).replace('np.', 'numpy.', 1)})"
+                       f"{m.group(3) or ''}\n")
+            continue
+        out.append(line)
+    text = "".join(out)
+    toks = []
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type == tokenize.NAME and tok.string == "np":
+            tok = tok._replace(string="cp")
+        toks.append(tok)
+    return tokenize.untokenize(toks)
+
+
+_CHECK_NUMPY = '''
+def _check(fname, names, values, specs):
+    """Each argument as an array of the declared dtype and shape, or a clear error."""
+    arrays = []
+    for name, x, (dtype, shape) in zip(names, values, specs):
+        if isinstance(x, np.ndarray):
+            a = x
+        elif isinstance(x, (bool, int, float, complex, list, tuple)):
+            a = np.asarray(x)  # Python numbers and lists take the declared dtype when they can
+            if a.dtype != dtype and np.can_cast(a.dtype, dtype, "same_kind"):
+                a = a.astype(dtype)
+        elif isinstance(x, np.generic):
+            a = np.asarray(x)
+        else:
+            raise TypeError(f"{fname}(): argument {name!r} must be a NumPy array "
+                            f"{_spec(dtype, shape)}, got {type(x).__name__}")
+        if a.dtype != dtype or a.shape != shape:
+            raise ValueError(f"{fname}(): argument {name!r} must be {_spec(dtype, shape)}, "
+                             f"got {_spec(a.dtype, a.shape)}")
+        arrays.append(a)
+    return arrays
+'''
+
+_CHECK_CUPY = '''
+def _check(fname, names, values, specs):
+    """Each argument as a CuPy array of the declared dtype and shape, or a clear error."""
+    arrays = []
+    for name, x, (dtype, shape) in zip(names, values, specs):
+        if isinstance(x, cp.ndarray):
+            a = x
+        elif isinstance(x, (bool, int, float, complex)) and shape == ():
+            a = cp.asarray(numpy.asarray(x).astype(dtype, casting="same_kind"))
+        else:
+            raise TypeError(f"{fname}(): argument {name!r} must be a CuPy array "
+                            f"{_spec(dtype, shape)} on the GPU (cupy.asarray(x)), got "
+                            f"{type(x).__module__}.{type(x).__name__}")
+        if a.dtype != dtype or a.shape != shape:
+            raise ValueError(f"{fname}(): argument {name!r} must be {_spec(dtype, shape)}, "
+                             f"got {_spec(a.dtype, a.shape)}")
+        arrays.append(a)
+    return arrays
+'''
+
+_SPEC_FN = '''
+
+def _spec(dtype, shape):
+    return f"{dtype.name}[{', '.join(str(d) for d in shape)}]"
+'''
+
+
+def standalone_module(target, transform, wrt, backend, lowered, public_name, command):
+    """Source of the standalone module for ``lowered``."""
+    source = lowered.source
+    defs = list(re.finditer(r"^def (\w+)\(", source, re.M))
+    if not defs:
+        raise RuntimeError("the generated module has no function")
+    inner = defs[-1].group(1)
+    kernel = f"_{public_name}_{transform}"
+    top_names = {d.group(1) for d in defs} | set(re.findall(r"^(_c\d+) =", source, re.M))
+    if public_name in top_names | _RESERVED | {kernel, "_check", "_spec", "_ARGS"} \
+            or not public_name.isidentifier() or keyword.iskeyword(public_name):
+        raise CLIError(f"the function name {public_name!r} is not a usable name in the generated "
+                       f"module; choose another with --name.")
+    source = source[:defs[-1].start()] + f"def {kernel}(" + source[defs[-1].end():]
+    if backend == "cupy":
+        source = _to_cupy(source)
+    xp = "cp" if backend == "cupy" else "np"
+
+    dyn = target.dyn
+    n_out = len(lowered.graph.graph["outputs"])
+    _check_single_output(target, transform)
+    wrt_names = [dyn[i] for i in wrt]
+    params = list(dyn)
+    out_tree = target.out_tree
+    k = len(wrt)
+
+    # what the public function returns, from the kernel's flat outputs `r`
+    if transform == "forward":
+        ret = _tree_code(out_tree, [f"r[{i}]" for i in range(n_out)])
+        returns = f"what {target.func_name} returns"
+    elif transform in ("grad", "value_and_grad"):
+        value = _tree_code(out_tree, ["r[0]"])
+        grads = _group([f"r[{1 + i}]" for i in range(k)])
+        ret = grads if transform == "grad" else f"({value}, {grads})"
+        gdesc = ("the gradient w.r.t. " + wrt_names[0]) if k == 1 else \
+            "a tuple of gradients w.r.t. " + ", ".join(wrt_names)
+        returns = gdesc if transform == "grad" else f"(value, {gdesc})"
+    elif transform == "jacobian":
+        ret = _group([f"r[{i}]" for i in range(k)])
+        returns = ("the Jacobian w.r.t. " + wrt_names[0] + ", shape out.shape + "
+                   + wrt_names[0] + ".shape") if k == 1 else \
+            "a tuple of Jacobians w.r.t. " + ", ".join(wrt_names)
+    elif transform == "hessian":
+        if k == 1:
+            ret = "r[0]"
+            returns = f"the Hessian w.r.t. {wrt_names[0]}, shape {wrt_names[0]}.shape * 2"
+        else:
+            rows = [_group([f"r[{i * k + j}]" for j in range(k)]) for i in range(k)]
+            ret = "(" + ", ".join(rows) + ")"
+            returns = (f"the Hessian blocks ((d2f/d{wrt_names[0]}d{wrt_names[0]}, ...), ...) "
+                       f"over {', '.join(wrt_names)}, row i column j = d2f/d(arg i)d(arg j)")
+    elif transform == "vjp":
+        n_prim = n_out - k
+        ct_names = ["ct"] if n_prim == 1 else [f"ct_{i}" for i in range(n_prim)]
+        params += ct_names
+        value = _tree_code(out_tree, [f"r[{i}]" for i in range(n_prim)])
+        cts = "(" + ", ".join(f"r[{n_prim + i}]" for i in range(k)) + ("," if k == 1 else "") + ")"
+        ret = f"({value}, {cts})"
+        returns = (f"(value, cotangents): the cotangent of each of {', '.join(wrt_names)} "
+                   f"(a tuple, as tg.vjp's vjp_fn returns) for the output cotangent "
+                   f"{', '.join(ct_names)}")
+    elif transform == "jvp":
+        n_prim = n_out // 2
+        params += [f"t_{n}" for n in wrt_names]
+        value = _tree_code(out_tree, [f"r[{i}]" for i in range(n_prim)])
+        tang = _tree_code(out_tree, [f"r[{n_prim + i}]" for i in range(n_prim)])
+        ret = f"({value}, {tang})"
+        returns = (f"(value, tangent): the output and its directional derivative along "
+                   f"{', '.join('t_' + n for n in wrt_names)}")
+    else:
+        raise ValueError(transform)
+
+    specs = list(target.specs)
+    if transform == "vjp":
+        g = lowered.graph
+        for v in g.graph["inputs"][len(dyn):]:
+            specs.append((np.dtype(g.nodes[v]["dtype"]), tuple(g.nodes[v]["shape"])))
+    elif transform == "jvp":
+        specs += [target.specs[i] for i in wrt]
+
+    desc = TRANSFORMS[transform][0]
+    wrt_txt = f" with respect to {', '.join(wrt_names)}" if transform != "forward" else ""
+    statics = ", ".join(f"{n}={v!r}" for n, v in target.statics.items())
+    lib = "CuPy" if backend == "cupy" else "NumPy"
+    try:
+        line = f", line {inspect.getsourcelines(target.fn)[1]}"
+    except (TypeError, OSError):
+        line = ""
+    arg_lines = "\n".join(f"    {n:<12} {spec_str(*s)}" for n, s in zip(params, specs))
+    call = f"{public_name}({', '.join(params)})"
+    head = f'''"""{public_name}: {desc} {target.func_name}{wrt_txt}.
+
+Generated by tracegrad {__version__} (`tracegrad compile`) from
+{target.where}:{target.func_name}{line}, transform --{transform.replace("_", "-")}.
+Standalone: it needs {lib} only, not tracegrad. Regenerate it rather than edit it:
+
+    {command}
+
+Usage:
+
+    from {{module}} import {public_name}
+    result = {call}
+
+Arguments (checked on every call; a wrong shape or dtype raises ValueError):
+{arg_lines}
+{"Static values baked in: " + statics + chr(10) if statics else ""}Returns {returns}.
+"""
+'''
+    doc = textwrap.fill(f"{desc[0].upper() + desc[1:]} {target.func_name}"
+                        f"({', '.join(dyn)}){wrt_txt}, generated by tracegrad {__version__} "
+                        f"from {target.where}. Returns {returns}.", 76,
+                        subsequent_indent="    ")
+    spec_tuple = "(" + ", ".join(f"({xp}.dtype({s[0].name!r}), {tuple(s[1])!r})" for s in specs) \
+        + ("," if len(specs) == 1 else "") + ")"
+    names_tuple = "(" + ", ".join(repr(p) for p in params) + ("," if len(params) == 1 else "") + ")"
+    wrapper = f'''
+{(_CHECK_CUPY if backend == "cupy" else _CHECK_NUMPY).strip()}
+{_SPEC_FN}
+
+_ARGS = {names_tuple}
+_SPECS = {spec_tuple}
+
+
+def {call}:
+    """{doc}"""
+    r = {kernel}(*_check({public_name!r}, _ARGS, ({", ".join(params)}{"," if len(params) == 1 else ""}), _SPECS))
+    return {ret}
+'''
+    return head + "\n" + source.rstrip() + "\n\n" + wrapper.rstrip() + "\n"
+
+
+# --- commands ------------------------------------------------------------------------------------
+
+def _target_from_args(a):
+    fn, where = load_function(a.target)
+    func_name = a.target.rpartition(":")[2].split(".")[-1]
+    target = Target(fn, where, func_name, a.arg or [], a.static or [])
+    wrt = resolve_wrt(target, a.transform, a.wrt)
+    return target, wrt
+
+
+def cmd_compile(a):
+    target, wrt = _target_from_args(a)
+    lowered = run_lowering(target, a.transform, wrt, a.backend)
+    name = a.name or target.func_name
+    command = "tracegrad compile " + " ".join(_quote(x) for x in a.argv)
+    text = standalone_module(target, a.transform, wrt, a.backend, lowered, name, command)
+    module_name = "OUT" if a.output == "-" else os.path.splitext(os.path.basename(a.output))[0]
+    text = text.replace("from {module} import", f"from {module_name} import", 1)
+    compile(text, a.output, "exec")  # never write a module that does not parse
+    if a.output == "-":
+        sys.stdout.write(text)
+    else:
+        try:
+            with open(a.output, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as e:
+            raise CLIError(f"cannot write {a.output}: {e.strerror}.") from None
+        print(f"wrote {a.output}: {name}({', '.join(_params_of(text, name))}) computes "
+              f"{TRANSFORMS[a.transform][0]} {target.func_name}", file=sys.stderr)
+    return 0
+
+
+def _params_of(text, name):
+    m = re.search(rf"^def {re.escape(name)}\((.*)\):", text, re.M)
+    return [p.strip() for p in m.group(1).split(",")] if m else []
+
+
+def _quote(s):
+    import shlex
+    return shlex.quote(s)
+
+
+def cmd_show(a):
+    target, wrt = _target_from_args(a)
+    lowered = run_lowering(target, a.transform, wrt, a.backend)
+    if a.render:
+        dot = shutil.which("dot")
+        if dot is None:
+            raise CLIError(f"cannot render {a.render}: Graphviz's `dot` program is not installed "
+                           f"(not found on PATH). Install Graphviz (apt-get install graphviz, "
+                           f"brew install graphviz, conda install graphviz), or write the graph "
+                           f"as text with --format dot > graph.dot and render it elsewhere.")
+        fmt = os.path.splitext(a.render)[1].lstrip(".").lower() or "png"
+        r = subprocess.run([dot, f"-T{fmt}", "-o", a.render], input=lowered.dot(),
+                           text=True, capture_output=True)
+        if r.returncode != 0:
+            raise CLIError(f"Graphviz `dot -T{fmt}` failed to render {a.render}: "
+                           f"{_one_paragraph(r.stderr) or 'no message'}.")
+        print(f"rendered the graph of {target.func_name} (--{a.transform.replace('_', '-')}) "
+              f"to {a.render}", file=sys.stderr)
+        return 0
+    text = {"source": lambda: lowered.source, "ir": lowered.text, "dot": lowered.dot}[a.format]()
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return 0
+
+
+def _human(n):
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+def cmd_cache(a):
+    from tracegrad import cache
+    d = cache.cache_dir()
+    if a.action == "info":
+        info = cache.cache_info()
+        if d is None:
+            print("disk cache: off (TRACEGRAD_CACHE=0); compiled code is kept in memory only")
+            return 0
+        print(f"folder:  {d}{'' if os.path.isdir(d) else ' (not created yet)'}")
+        print(f"entries: {info['disk_entries']}")
+        print(f"size:    {_human(info['disk_bytes'])} ({info['disk_bytes']} bytes)")
+        src = "TRACEGRAD_CACHE_DIR" if os.environ.get("TRACEGRAD_CACHE_DIR") else "default"
+        print(f"set by:  {src}; TRACEGRAD_CACHE=0 turns the disk cache off")
+        return 0
+    if d is None:
+        print("disk cache: off (TRACEGRAD_CACHE=0); nothing to clear")
+        return 0
+    before = cache.cache_info()
+    cache.clear_cache()
+    print(f"cleared {before['disk_entries']} entries ({_human(before['disk_bytes'])}) from {d}")
+    return 0
+
+
+# --- argument parsing ------------------------------------------------------------------------------
+
+def build_parser():
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true",
+                        help="show Python tracebacks instead of one-paragraph errors")
+
+    fn_args = argparse.ArgumentParser(add_help=False)
+    fn_args.add_argument("target", metavar="FILE.py:FUNC",
+                         help="the function: a Python file and a function name in it "
+                              "(or package.module:FUNC)")
+    fn_args.add_argument("--arg", action="append", metavar="NAME=DTYPE[SHAPE]",
+                         help="an array argument, e.g. w=float64[128,64]; a scalar is "
+                              "float64[] (repeatable)")
+    fn_args.add_argument("--static", action="append", metavar="NAME=VALUE",
+                         help="a non-array argument fixed at compile time, as a Python "
+                              "literal, e.g. n_steps=100 (repeatable)")
+    t = fn_args.add_mutually_exclusive_group()
+    for opt, dest in (("--forward", "forward"), ("--grad", "grad"),
+                      ("--value-and-grad", "value_and_grad"), ("--vjp", "vjp"),
+                      ("--jvp", "jvp"), ("--jacobian", "jacobian"), ("--hessian", "hessian")):
+        t.add_argument(opt, dest="transform", action="store_const", const=dest,
+                       help=f"{TRANSFORMS[dest][0]} the function"
+                            + (" (default)" if dest == "forward" else ""))
+    fn_args.set_defaults(transform="forward")
+    fn_args.add_argument("--wrt", metavar="NAME[,NAME]",
+                         help="the arguments to differentiate with respect to (default: the "
+                              "first argument; for --vjp/--jvp every floating-point argument)")
+    fn_args.add_argument("--backend", choices=("numpy", "cupy"), default="numpy",
+                         help="the array library of the generated code (default numpy)")
+
+    p = argparse.ArgumentParser(
+        prog="tracegrad",
+        description="tracegrad: exact gradients of ordinary numerical Python. Compile a "
+                    "function (or its gradient) to a standalone NumPy module, inspect the "
+                    "generated code and graph, manage the compile cache.",
+        epilog="examples:\n"
+               "  tracegrad compile model.py:loss --arg w=float64[3,2] --arg x=float64[10,3] "
+               "--grad -o loss_grad.py\n"
+               "  tracegrad show model.py:loss --arg w=float64[3,2] --arg x=float64[10,3] "
+               "--grad --format ir\n"
+               "  tracegrad cache info",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"tracegrad {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    c = sub.add_parser("compile", parents=[fn_args, common],
+                       help="write a standalone module computing a function or a derivative",
+                       description="Write ONE standalone Python module (NumPy or CuPy only, no "
+                                   "tracegrad at run time) with a function of the same argument "
+                                   "names that checks shapes and dtypes and computes the chosen "
+                                   "transform.")
+    c.add_argument("-o", "--output", default="-", metavar="OUT.py",
+                   help="the module to write; - for stdout (default)")
+    c.add_argument("--name", help="the generated function's name (default: the function's own)")
+    s = sub.add_parser("show", parents=[fn_args, common],
+                       help="print the generated source, the IR or the Graphviz graph",
+                       description="Print what tracegrad generates for a function: the NumPy "
+                                   "source, the graph as text (ir) or as Graphviz dot.")
+    s.add_argument("--format", choices=("source", "ir", "dot"), default="source")
+    s.add_argument("--render", metavar="OUT.png",
+                   help="render the graph with Graphviz `dot` (format from the extension: png, "
+                        "svg, pdf)")
+    k = sub.add_parser("cache", parents=[common], help="the compile cache: info or clear",
+                       description="The disk cache of generated code (TRACEGRAD_CACHE_DIR, "
+                                   "TRACEGRAD_CACHE=0 to turn it off).")
+    k.add_argument("action", choices=("info", "clear"))
+    return p
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    a = parser.parse_args(argv)       # usage errors: argparse prints them, exit status 2
+    a.argv = argv[1:] if argv and argv[0] == a.command else argv
+    handler = {"compile": cmd_compile, "show": cmd_show, "cache": cmd_cache}[a.command]
+    if a.debug:
+        try:
+            return handler(a)
+        except CLIError as e:  # show where the user's mistake surfaced, with the cause
+            traceback.print_exc()
+            print(f"tracegrad {a.command}: error: {e}", file=sys.stderr)
+            return EXIT_USAGE
+    try:
+        return handler(a)
+    except CLIError as e:
+        msg = f"tracegrad {a.command}: error: {e}"
+        print(textwrap.fill(msg, 100, break_long_words=False, break_on_hyphens=False),
+              file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # a tracegrad bug: still one paragraph, the traceback on request
+        print(textwrap.fill(f"tracegrad {a.command}: internal error: {type(e).__name__}: {e}. "
+                            f"This is a bug in tracegrad; run again with --debug for the "
+                            f"traceback and report it.", 100), file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())
