@@ -102,19 +102,23 @@ def constant_folding(g):
 
 def _drop_explicit_broadcasts(g, v, d, ops):
     """An elementwise op broadcasts by itself: read x instead of
-    broadcast_to(x) when another operand already has the output's shape."""
+    broadcast_to(x) when the operands still broadcast to the output shape."""
     changed = False
     for pos, u in enumerate(ops):
-        du = g.nodes[u]
-        if du["op"] != "broadcast_to":
+        if g.nodes[u]["op"] != "broadcast_to":
             continue
-        others = [w for j, w in enumerate(ops) if j != pos]
-        if any(g.nodes[w].get("shape") == d["shape"] for w in others):
-            src = ir.operands(g, u)[0]
+        src = ir.operands(g, u)[0]
+        shapes = [g.nodes[w].get("shape") or () for j, w in enumerate(ops) if j != pos]
+        try:
+            ok = tuple(np.broadcast_shapes(g.nodes[src].get("shape") or (), *shapes)) == d["shape"]
+        except ValueError:
+            ok = False
+        if ok:
             for _, _, k, dd in list(g.in_edges(v, keys=True, data=True)):
                 if dd["pos"] == pos:
                     g.remove_edge(u, v, key=k)
             g.add_edge(src, v, key=pos, pos=pos)
+            ops[pos] = src
             changed = True
     return changed
 
