@@ -243,6 +243,8 @@ CASES += [
     _si((4, 5), None, (Ellipsis, 1), "setitem-scalar"),
     Case("nonzero", [Const(np.array([[1.0, 0.0], [0.0, 2.0]]))], {"ndim": 2}),
 ]
+if "basis" in REGISTRY:  # the Jacobian seed row of the batching pass (no operands)
+    CASES.append(Case("basis", [], {"shape": (2, 3), "dtype": "float64"}))
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -460,3 +462,34 @@ def test_float32_stays_float32(case):
     for t in (tans if isinstance(tans, tuple) else (tans,)):
         if t is not None:
             assert t.dtype == np.float32, f"tangent is {t.dtype}"
+
+
+# Device-only math that host C++ lacks, so g++ can check the expressions' syntax and
+# float/double overloads (the real compile happens on the GPU backend).
+_CUDA_SHIMS = """#include <cmath>
+using namespace std;
+template <class T> T rsqrt(T x) { return 1 / sqrt(x); }
+float sinpi(float x) { return sin(3.14159265f * x); }
+double sinpi(double x) { return sin(M_PI * x); }
+"""
+
+
+def test_cuda_expressions_compile_for_float_and_double(tmp_path):
+    import shutil
+    import subprocess
+    cxx = shutil.which("g++") or shutil.which("clang++")
+    if cxx is None:
+        pytest.skip("no host C++ compiler to check the CUDA expressions' syntax")
+    attrs = {c.prim: c.attrs for c in CASES}
+    lines = []
+    for name, p in sorted(REGISTRY.items()):
+        if not p.cuda:
+            continue
+        expr = p.cuda.format("a", "b", "c", **{k: repr(v) for k, v in attrs[name].items()})
+        for t in ("float", "double"):
+            lines.append(f"{t} k_{name}_{t}({t} a, {t} b, {t} c) {{ return ({t})({expr}); }}")
+    src = tmp_path / "exprs.cpp"
+    src.write_text(_CUDA_SHIMS + "\n".join(lines) + "\n")
+    r = subprocess.run([cxx, "-std=c++17", "-fsyntax-only", str(src)], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
