@@ -411,8 +411,14 @@ def _compile(kind, trace, wrt, names, compiled, parts, khash):
            "jacrev": f"The Jacobian of {src} w.r.t. {_wrt_desc(wrt, names)} (reverse mode).",
            "jacfwd": f"The Jacobian of {src} w.r.t. {_wrt_desc(wrt, names)} (forward mode).",
            "hessian": f"The Hessian of {src} w.r.t. {_wrt_desc(wrt, names)}."}[kind]
-    source = codegen.generate_numpy([(g, _FN_NAME[kind], args, doc)], source=src,
-                                    transform=parts["transform"], key=khash)
+    # backend="cupy" (or CuPy arguments): the CUDA target prints a CuPy driver
+    # module with the same function names (tracegrad/codegen_cuda.py).
+    generate = codegen.generate_numpy
+    if parts.get("backend") == "cupy":
+        from tracegrad import codegen_cuda
+        generate = codegen_cuda.generate_driver
+    source = generate([(g, _FN_NAME[kind], args, doc)], source=src,
+                      transform=parts["transform"], key=khash)
     return g, source
 
 

@@ -20,11 +20,15 @@ from tracegrad._version import __version__
 from tracegrad.autograd.graph import FREED_MSG, Node
 from tracegrad.autograd.profiler_state import _state as _prof_state
 from tracegrad.trace import trace_function, tree_flatten, tree_unflatten, leaf_paths
+from tracegrad import primitives
 from tracegrad.primitives import Aval
 
 
 class GraphFunction:
     """A graph compiled to NumPy, keyed by its structure in the cache."""
+    # "cupy": generate the CUDA target's driver (tracegrad/codegen_cuda.py);
+    # set from the trace and inherited by the derived graphs.
+    backend = "numpy"
 
     def __init__(self, key, make_graph, name, n_in, n_out):
         self.key = key                # structural key (str), part of the cache key
@@ -43,7 +47,9 @@ class GraphFunction:
             g = ir.from_trace(trace)
             passes.optimize(g)
             return g
-        return cls(trace.structure_hash(), make, name, len(trace.inputs), len(trace.outputs))
+        gf = cls(trace.structure_hash(), make, name, len(trace.inputs), len(trace.outputs))
+        gf.backend = trace.backend
+        return gf
 
     @property
     def graph(self):
@@ -54,13 +60,17 @@ class GraphFunction:
     def _parts(self):
         from tracegrad.cache import templates_hash
         return {"function": self.name, "graph": self.key, "version": __version__,
-                "templates": templates_hash(), "transform": "graph"}
+                "templates": templates_hash(), "transform": "graph", "backend": self.backend}
 
     def source(self):
         from tracegrad import codegen
         from tracegrad.api import _arg_names
         parts = self._parts()
-        return codegen.generate_numpy(
+        generate = codegen.generate_numpy
+        if self.backend == "cupy":  # the CUDA target: same function name, run
+            from tracegrad import codegen_cuda
+            generate = codegen_cuda.generate_driver
+        return generate(
             [(self.graph, "run", _arg_names(self.graph_arg_names()), f"{self.name}.")],
             source=self.name, transform=self.key[:16], key=cache.key_hash(parts))
 
@@ -120,6 +130,7 @@ class GraphFunction:
                                 self.n_in, None)
             bwd = GraphFunction(self.key + "/vjp_bwd", part(1), self.name + " (backward)",
                                 None, self.n_in)
+            fwd.backend = bwd.backend = self.backend
             self._derived["vjp_fwd"] = fwd
             self._derived["vjp_bwd"] = bwd
             return self._derived[what]
@@ -135,6 +146,7 @@ class GraphFunction:
                                2 * self.n_out)
         else:
             raise ValueError(what)
+        gf.backend = self.backend
         self._derived[what] = gf
         return gf
 
@@ -224,7 +236,9 @@ def _trace_flat(fn, primals, backend):
     def rebuild(tracers):
         return list(tree_unflatten(tree, tracers)), {}
 
-    trace, out_tree = trace_function(fn, avals, rebuild, names, backend or "numpy")
+    if backend is None:  # CuPy arrays select the CUDA target, as in tracegrad.api
+        backend = "cupy" if any(type(a).__module__.startswith("cupy") for a in arrays) else "numpy"
+    trace, out_tree = trace_function(fn, avals, rebuild, names, backend)
     cache.count("traces")
     name = getattr(fn, "__qualname__", "f")
     return trace, out_tree, tree, arrays, names, name
@@ -264,7 +278,8 @@ def vjp(fn, primals, has_aux, backend):
                              f"({n_out} arrays), got {len(ct_leaves)}")
         cts = []
         for c, o in zip(ct_leaves, primal_outs):
-            c = np.asarray(c, dtype=np.asarray(o).dtype)
+            c = primitives.array_module(o).asarray(  # CuPy outputs too
+                c, dtype=o.dtype if hasattr(o, "dtype") else np.asarray(o).dtype)
             if c.shape != np.shape(o):
                 raise ValueError(f"vjp_fn: cotangent of shape {c.shape} for an output of shape "
                                  f"{np.shape(o)}")
@@ -288,7 +303,7 @@ def jvp(fn, primals, tangents, backend):
         raise ValueError("jvp: tangents must have the same structure as primals")
     t_arrays = []
     for t, a in zip(t_leaves, arrays):
-        t = np.asarray(_leaf_array(t, "tangent")[0], dtype=a.dtype)
+        t = primitives.array_module(a).asarray(_leaf_array(t, "tangent")[0], dtype=a.dtype)  # CuPy too
         if t.shape != a.shape:
             raise ValueError(f"jvp: tangent of shape {t.shape} for a primal of shape {a.shape}")
         t_arrays.append(t)

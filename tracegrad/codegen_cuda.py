@@ -1,0 +1,528 @@
+"""The CUDA target: IR graphs to CUDA kernels plus a CuPy driver module.
+
+For each graph, ``passes.fusion_groups`` (the one cost function that decides
+fusion) partitions the elementwise nodes into groups.  Each group becomes one
+``extern "C" __global__`` kernel: a grid-stride loop over the group's
+iteration space whose shapes, strides and size are compile-time constants,
+one ``const`` line per graph node, each tagged ``// %id op`` and grouped under
+the user's source line.  A full ``sum`` of a value the group computes becomes
+the kernel's epilogue: every thread stores its partial sum, the driver adds
+the partials with CuPy.
+
+Everything else (reductions, matrix products, indexing, shape ops, and any
+elementwise row without a ``cuda=`` expression) is printed by the NumPy
+target's emitters, unchanged: the driver module binds the name ``np`` to
+CuPy, so ``np.matmul`` is cuBLAS through ``cupy.matmul`` and ``np.sum`` is a
+CuPy reduction.  The driver is a plain Python module with the same function
+names and signatures as the NumPy target (``forward``, ``value_and_grad``,
+``jacobian``, ``hessian``, ``run``); it compiles its kernels once, when it
+is imported, through ``cupy.RawModule``.
+
+Generating the source needs neither CuPy nor a GPU (``translation_unit`` and
+``generate_driver`` only print text); ``tracegrad.testing`` runs the output
+on the CPU to test it.
+
+The backend is a table (STYLE.md, 5): the per-op C++ expressions are the
+registry rows' ``cuda=`` strings; this module only adds the dtype table and
+the literal syntax.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+
+from tracegrad import ir, primitives
+from tracegrad._version import __version__
+
+# NumPy dtype name -> C type of a kernel value.
+CTYPES = {
+    "float32": "float", "float64": "double", "bool": "bool",
+    "int8": "signed char", "uint8": "unsigned char", "int16": "short",
+    "uint16": "unsigned short", "int32": "int", "uint32": "unsigned int",
+    "int64": "long long", "uint64": "unsigned long long",
+}
+
+# Threads per block of every launch, and blocks per SM at most: enough
+# resident threads to saturate memory bandwidth; the grid-stride loop covers
+# the rest.
+BLOCK = 256
+BLOCKS_PER_SM = 8
+
+
+def ctype(dtype) -> str:
+    return CTYPES[np.dtype(dtype).name]
+
+
+def c_literal(value, dtype) -> str:
+    """C++ source for the scalar ``value`` as a constant of ``dtype``.
+
+    Infinities and NaN are spelled with the bit-pattern intrinsics both
+    NVRTC and nvcc provide (NVRTC has no <math.h>, so no INFINITY)."""
+    dt = np.dtype(dtype)
+    if dt.kind == "b":
+        return "true" if bool(value) else "false"
+    if dt.kind in "iu":
+        v = int(value)
+        return f"{v}LL" if dt.kind == "i" else f"{v}ULL"
+    v = float(value)
+    single = dt == np.float32
+    if math.isnan(v):
+        return "__int_as_float(0x7fc00000)" if single else "__longlong_as_double(0x7ff8000000000000LL)"
+    if math.isinf(v):
+        if single:
+            return "__int_as_float(0x7f800000)" if v > 0 else "__int_as_float(0xff800000)"
+        return ("__longlong_as_double(0x7ff0000000000000LL)" if v > 0
+                else "__longlong_as_double(0xfff0000000000000LL)")
+    if single:
+        v = float(np.float32(v))
+        if math.isinf(v):  # a double beyond float's range, as NumPy would round it
+            return "__int_as_float(0x7f800000)" if v > 0 else "__int_as_float(0xff800000)"
+    text = repr(v)
+    if "e" not in text and "." not in text:
+        text += ".0"
+    return f"({text}f)" if single and text.startswith("-") else \
+        (f"{text}f" if single else (f"({text})" if text.startswith("-") else text))
+
+
+def _attr_literal(value):
+    """An attribute of a ``cuda=`` expression (``{decimals}``, ``{nan}``)."""
+    if isinstance(value, (bool, np.bool_)):
+        return "true" if value else "false"
+    if isinstance(value, (int, np.integer)):
+        return f"{int(value)}"
+    if isinstance(value, (float, np.floating)):
+        return c_literal(value, np.float64)
+    raise NotImplementedError(f"codegen (CUDA): cannot print the attribute value {value!r} "
+                              f"in a kernel")
+
+
+def c_identifier(name) -> str:
+    """An ASCII C identifier for a user-supplied name (never a keyword,
+    since it always carries a prefix where it is used)."""
+    s = re.sub(r"[^0-9A-Za-z_]", "_", str(name))
+    return s or "arg"
+
+
+def _comment_text(text) -> str:
+    """User text made safe inside a ``//`` comment of a source that is also
+    embedded in a Python raw string: printable ASCII, no backslash (a
+    trailing one would continue the comment), no triple quote."""
+    s = "".join(c if 32 <= ord(c) < 127 and c != "\\" else "?" for c in str(text))
+    return s.replace("'''", "'' '")
+
+
+def _source_comment(loc):
+    from tracegrad.codegen import _source_comment as numpy_comment
+    s = numpy_comment(loc)
+    return _comment_text(s) if s else None
+
+
+def _size(shape):
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+# --- one kernel --------------------------------------------------------------------------
+
+class Kernel:
+    """One fused group rendered as a kernel, and how the driver calls it."""
+
+    def __init__(self, name, group, g, names, const_name):
+        self.name = name
+        self.group = group
+        self.shape = tuple(group.shape)
+        self.n = _size(self.shape)
+        self.params = []      # C parameter declarations
+        self.args = []        # driver expressions, one per parameter
+        self.hoisted = []     # loads of one-element inputs, before the loop
+        self.coords = []      # index arithmetic at the top of the loop
+        self.body = []        # {"code", "comment", "source"} inside the loop
+        self.stores = []
+        self.accs = []        # fused reductions: {"decl", "update", "store"}
+        self.outputs = []     # (node, driver variable) stored by this kernel
+        self.partials = []    # (reduction node, partial buffer variable, dtype)
+        self._lower(g, names, const_name)
+
+    def describe(self, g):
+        ops = [f"%{v} {g.nodes[v]['op']}" for v in self.group.nodes]
+        if len(ops) > 6:
+            ops = ops[:3] + [f"... {len(ops) - 6} more ..."] + ops[-3:]
+        red = "".join(f", %{r} sum (fused epilogue)" for r in self.group.reductions)
+        return f"{len(self.group.nodes)} elementwise nodes ({', '.join(ops)}){red}"
+
+    def _lower(self, g, names, const_name):
+        members = set(self.group.nodes)
+        S = self.shape
+        k = len(S)
+        inputs = {}     # source node -> kernel variable
+        taken = set()   # parameter names
+        coord_used = set()
+
+        def coord(j):
+            coord_used.add(j)
+            return f"c{j}"
+
+        def offset(src_shape):
+            if tuple(src_shape) == S:
+                return "i"
+            if _size(src_shape) == 1:
+                return "0"
+            lead = k - len(src_shape)
+            terms, stride = [], 1
+            for j in reversed(range(len(src_shape))):
+                if src_shape[j] != 1:
+                    c = coord(lead + j)
+                    terms.append(c if stride == 1 else f"{c} * {stride}LL")
+                stride *= int(src_shape[j])
+            return " + ".join(reversed(terms))
+
+        def load(u):
+            """The kernel variable holding external array operand u."""
+            du = g.nodes[u]
+            src = u
+            if du["op"] == "broadcast_to":      # read the source through broadcast strides
+                src = ir.operands(g, u)[0]
+            if src in inputs:
+                return inputs[src]
+            ds = g.nodes[src]
+            var = f"v{src}"
+            inputs[src] = var
+            if ds["op"] == "const":
+                pname = f"c_{const_name(src)}"
+            elif ds["op"] == "input":
+                pname = f"in_{c_identifier(names[src])}"
+            else:
+                pname = f"in_t{src}"
+            if pname in taken:
+                pname = f"{pname}_{src}"
+            taken.add(pname)
+            ct = ctype(ds["dtype"])
+            self.params.append(f"const {ct}* __restrict__ {pname}")
+            arg = names[src] if ds["op"] != "const" else const_name(src)
+            self.args.append(f"np.ascontiguousarray({arg})")
+            off = offset(ds["shape"])
+            line = {"code": f"const {ct} {var} = {pname}[{off}];",
+                    "comment": f"%{src} {ds['op'] if ds['op'] != 'input' else 'input ' + names[src]}"
+                               f" {ds['dtype']}{list(ds['shape'])}"
+                               + (" (broadcast)" if tuple(ds["shape"]) != S else ""),
+                    "source": None}
+            (self.hoisted if off == "0" else self.body).append(line)
+            return var
+
+        def operand(u, compute):
+            """(C expression, dtype or None for a weak literal) of operand u."""
+            du = g.nodes[u]
+            if u in members:
+                return f"v{u}", du["dtype"]
+            if du["op"] == "const":
+                val = du["value"]
+                if not isinstance(val, np.ndarray):
+                    return c_literal(val, compute), None
+                if val.size == 1:
+                    return c_literal(val.reshape(()).item(), val.dtype), val.dtype
+            return load(u), g.nodes[u]["dtype"] if du["op"] != "broadcast_to" else \
+                g.nodes[ir.operands(g, u)[0]]["dtype"]
+
+        prev_src = None
+        for v in self.group.nodes:
+            d = g.nodes[v]
+            prim = primitives.get(d["op"])
+            ops = ir.operands(g, v)
+            out_dt = np.dtype(d["dtype"])
+            if out_dt.kind == "b":
+                arr = [g.nodes[u]["dtype"] for u in ops
+                       if not (g.nodes[u]["op"] == "const"
+                               and not isinstance(g.nodes[u]["value"], np.ndarray))]
+                compute = np.result_type(*arr) if arr else out_dt
+            else:
+                compute = out_dt
+            texts = []
+            for u in ops:
+                text, dt = operand(u, compute)
+                if dt is not None and np.dtype(dt) != compute and np.dtype(dt).kind != "b":
+                    text = f"(({ctype(compute)}){text})"
+                texts.append(text)
+            attrs = {key: _attr_literal(val) for key, val in d["attrs"].items()}
+            expr = prim.cuda.format(*texts, **attrs)
+            src = _source_comment(d.get("loc"))
+            self.body.append({"code": f"const {ctype(out_dt)} v{v} = {expr};",
+                              "comment": f"%{v} {d['op']}",
+                              "source": src if src != prev_src else None})
+            prev_src = src
+
+        # values leaving the kernel: graph outputs and operands of nodes
+        # outside the group (a fused reduction reads its operand in-kernel)
+        fused = set(self.group.reductions)
+        outs = set(g.graph["outputs"])
+        for v in self.group.nodes:
+            users = {w for w in g.successors(v) if w not in members and w not in fused}
+            if v in outs or users:
+                d = g.nodes[v]
+                pname = f"out_t{v}"
+                self.params.append(f"{ctype(d['dtype'])}* __restrict__ {pname}")
+                self.args.append(f"t{v}")
+                self.stores.append({"code": f"{pname}[i] = v{v};", "comment": f"%{v} {d['op']}"})
+                self.outputs.append((v, f"t{v}"))
+        for r in self.group.reductions:
+            d = g.nodes[r]
+            (u,) = ir.operands(g, r)
+            ct = ctype(d["dtype"])
+            pname = f"part_t{r}"
+            self.params.append(f"{ct}* __restrict__ {pname}")
+            self.args.append(f"_p{r}")
+            self.accs.append({"decl": f"{ct} acc{r} = 0;",
+                              "add": f"acc{r} += v{u};",
+                              "store": f"{pname}[(long long)blockIdx.x * blockDim.x + threadIdx.x] = acc{r};",
+                              "comment": f"%{r} sum of %{u}"})
+            self.partials.append((r, f"_p{r}", np.dtype(d["dtype"])))
+
+        # index arithmetic: coordinate j of the flat index i in S
+        for j in sorted(coord_used):
+            inner = _size(S[j + 1:])
+            e = "i" if inner == 1 else f"i / {inner}LL"
+            if j > 0:
+                e = f"({e}) % {int(S[j])}LL"
+            self.coords.append({"code": f"const long long c{j} = {e};",
+                                "comment": f"index along axis {j} of [{', '.join(map(str, S))}]"})
+
+    def render_dict(self, g):
+        return {"name": self.name, "describe": self.describe(g), "params": self.params,
+                "n": self.n, "shape": list(self.shape), "hoisted": self.hoisted,
+                "coords": self.coords, "body": self.body, "stores": self.stores,
+                "accs": self.accs}
+
+
+# --- one function: schedule, kernels, driver statements --------------------------------------
+
+def _schedule(g, groups):
+    """Units (a group, or one node) in a valid launch order: a topological
+    order of the graph with each group contracted to one unit."""
+    import networkx as nx
+    order = ir.topo_order(g)
+    index = {v: i for i, v in enumerate(order)}
+    unit_of = {}
+    for gi, grp in enumerate(groups):
+        for v in list(grp.nodes) + list(grp.reductions):
+            unit_of[v] = ("g", gi)
+    c = nx.DiGraph()
+    first = {}
+    for v in order:
+        u = unit_of.get(v, ("n", v))
+        c.add_node(u)
+        first[u] = min(first.get(u, index[v]), index[v])
+    for a, b in g.edges():
+        ua, ub = unit_of.get(a, ("n", a)), unit_of.get(b, ("n", b))
+        if ua != ub:
+            c.add_edge(ua, ub)
+    return list(nx.lexicographical_topological_sort(c, key=lambda u: first[u]))
+
+
+class Function:
+    """One graph lowered to a driver function and its kernels."""
+
+    def __init__(self, g, name, arg_names, doc, module, prefix):
+        from tracegrad import passes
+        self.name = name
+        self.args = list(arg_names)
+        self.doc = doc
+        self.body = []
+        self.kernels = []
+        names = {v: a for v, a in zip(g.graph["inputs"], self.args)}
+        groups = passes.fusion_groups(g)
+        fresh = set()   # variables written by our kernels: contiguous, no copy needed
+
+        def expr(u):
+            d = g.nodes[u]
+            if d["op"] == "const":
+                val = d["value"]
+                if not isinstance(val, np.ndarray):
+                    from tracegrad.codegen import literal
+                    return literal(val)
+                return module.constant(u, val)
+            return names[u]
+
+        def const_name(u):
+            return module.constant(u, g.nodes[u]["value"])
+
+        prev_src = None
+        for unit in _schedule(g, groups):
+            if unit[0] == "g":
+                grp = groups[unit[1]]
+                kname = f"tg_{prefix}k{len(self.kernels)}"
+                for v in grp.nodes:
+                    names[v] = f"t{v}"
+                kern = Kernel(kname, grp, g, names, const_name)
+                self.kernels.append(kern)
+                handle = module.kernel(kname, kern.n)
+                self.body.append({"code": None, "comment": None,
+                                  "source": f"kernel {kname}: {kern.describe(g)}"})
+                prev_src = None
+                for v, var in kern.outputs:
+                    d = g.nodes[v]
+                    self.body.append({"code": f"{var} = np.empty({tuple(d['shape'])!r}, "
+                                              f"dtype=np.{d['dtype'].name})",
+                                      "comment": f"%{v} {d['op']}", "source": None})
+                    fresh.add(var)
+                for r, var, dt in kern.partials:
+                    self.body.append({"code": f"{var} = np.empty({handle}_grid[0] * {BLOCK}, "
+                                              f"dtype=np.{dt.name})",
+                                      "comment": f"per-thread partial sums of %{r}",
+                                      "source": None})
+                args = [a if not (a.startswith("np.ascontiguousarray(") and a[21:-1] in fresh)
+                        else a[21:-1] for a in kern.args]
+                self.body.append({"code": f"{handle}({handle}_grid, ({BLOCK},), "
+                                          f"({', '.join(args)},))",
+                                  "comment": f"launch {kname}", "source": None})
+                for r, var, dt in kern.partials:
+                    d = g.nodes[r]
+                    names[r] = f"t{r}"
+                    self.body.append({"code": f"t{r} = np.sum({var}).reshape({tuple(d['shape'])!r})",
+                                      "comment": f"%{r} sum: the kernel's partial sums added",
+                                      "source": None})
+                continue
+            v = unit[1]
+            d = g.nodes[v]
+            op = d["op"]
+            if op in ("input", "const"):
+                continue
+            ops = ir.operands(g, v)
+            args = [expr(u) for u in ops]
+            var = f"t{v}"
+            if op == "proj":
+                code = f"{var} = {args[0]}[{d['attrs']['index']}]"
+            else:
+                prim = primitives.get(op)
+                if prim.numpy is None:
+                    raise NotImplementedError(
+                        f"codegen (CUDA): the primitive {op!r} has neither a CUDA expression "
+                        f"for a kernel nor a NumPy emitter for a CuPy call, so it cannot be "
+                        f"compiled; use it in eager mode or add an emitter to its registry row")
+                for h in prim.helpers:
+                    module.helper(h)
+                if callable(prim.numpy):
+                    e = prim.numpy(args, **d["attrs"])
+                else:
+                    e = prim.numpy.format(*args, **{k: repr(x) for k, x in d["attrs"].items()})
+                code = f"{var} = {e}"
+            names[v] = var
+            src = _source_comment(d.get("loc"))
+            self.body.append({"code": code, "comment": f"%{v} {op} (CuPy)",
+                              "source": src if src != prev_src else None})
+            prev_src = src
+        rets = [expr(v) if g.nodes[v]["op"] in ("const", "input") else names[v]
+                for v in g.graph["outputs"]]
+        self.returns = "(" + ", ".join(rets) + ("," if len(rets) == 1 else "") + ")"
+
+
+class DriverModule:
+    """Helpers, constants and kernel handles shared by a driver's functions."""
+
+    def __init__(self):
+        from tracegrad.codegen import Module
+        self._numpy_module = Module()   # copies runtime_numpy helpers
+        self.constants = []
+        self._const_names = {}
+        self.kernel_handles = []
+        self.needs_base64 = False
+
+    @property
+    def helpers(self):
+        return self._numpy_module.helpers
+
+    @property
+    def needs_math(self):
+        return self._numpy_module.needs_math
+
+    def helper(self, name):
+        self._numpy_module.helper(name)
+
+    def constant(self, node, arr):
+        import base64
+        import hashlib
+        arr = np.asarray(arr)
+        key = (arr.dtype.str, arr.shape, hashlib.sha1(np.ascontiguousarray(arr).tobytes()).hexdigest())
+        name = self._const_names.get(key)
+        if name is None:
+            name = f"_c{len(self._const_names)}"
+            self._const_names[key] = name
+            if arr.size <= 16 and arr.dtype.kind in "fiub" and np.isfinite(arr).all():
+                code = f"np.array({arr.tolist()!r}, dtype=np.{arr.dtype.name})"
+            else:
+                b = base64.b64encode(np.ascontiguousarray(arr).tobytes()).decode()
+                code = (f"np.asarray(_numpy.frombuffer(base64.b64decode({b!r}), "
+                        f"dtype={arr.dtype.str!r}).reshape({tuple(arr.shape)!r}))")
+                self.needs_base64 = True
+            self.constants.append({"name": name, "code": code, "node": node,
+                                   "desc": f"{arr.dtype}{list(arr.shape)}"})
+        return name
+
+    def kernel(self, kname, n):
+        handle = f"_{kname}"
+        self.kernel_handles.append({"handle": handle, "name": kname, "n": n})
+        return handle
+
+
+def _jinja():
+    from tracegrad.codegen import _jinja as numpy_jinja
+    return numpy_jinja()
+
+
+def _render_tu(functions, g_of, header):
+    kernels = [k.render_dict(g_of[id(f)]) for f in functions for k in f.kernels]
+    return _jinja().get_template("cuda_kernels.cu.j2").render(
+        version=__version__, header=[_comment_text(h) for h in header], kernels=kernels)
+
+
+def _lower_all(functions):
+    module = DriverModule()
+    prefix_each = len(functions) > 1
+    lowered, g_of = [], {}
+    for g, name, args, doc in functions:
+        f = Function(g, name, args, doc, module, f"{c_identifier(name)}_" if prefix_each else "")
+        g_of[id(f)] = g
+        lowered.append(f)
+    return module, lowered, g_of
+
+
+def translation_unit(graph, header=()) -> str:
+    """All kernels of one graph as one compilable CUDA translation unit (the
+    text ``Lowered.cuda_source`` shows and a single-function driver embeds)."""
+    _, lowered, g_of = _lower_all([(graph, "run", [graph.nodes[v].get("name", f"a{i}")
+                                                    for i, v in enumerate(graph.graph["inputs"])],
+                                    "")])
+    return _render_tu(lowered, g_of, header)
+
+
+def kernel_count(graph) -> int:
+    """How many kernels the CUDA target generates for ``graph``."""
+    from tracegrad import passes
+    return len(passes.fusion_groups(graph))
+
+
+def _py_string(text):
+    """``text`` as a Python string literal: a readable raw triple-quoted
+    block when that is exact, ``repr`` otherwise."""
+    if "'''" not in text and "\\" not in text and not text.endswith("'"):
+        return "r'''" + text + "'''"
+    return repr(text)
+
+
+def generate_driver(functions, source="", transform="", key="") -> str:
+    """Source of one Python driver module holding a function per (graph,
+    name, arg names, docstring) in ``functions``, with the kernels of all of
+    them in one translation unit."""
+    from tracegrad.codegen import identifier
+    module, lowered, g_of = _lower_all(functions)
+    tu = _render_tu(lowered, g_of, ())
+    return _jinja().get_template("cuda_driver.py.j2").render(
+        version=__version__, source=source, transform=transform, key=key,
+        cuda_source=_py_string(tu), block=BLOCK, blocks_per_sm=BLOCKS_PER_SM,
+        needs_math=module.needs_math, needs_base64=module.needs_base64,
+        helpers=module.helpers, constants=module.constants,
+        kernels=module.kernel_handles,
+        functions=[{"name": f.name, "args": f.args, "doc": f.doc, "body": f.body,
+                    "returns": f.returns} for f in lowered])
