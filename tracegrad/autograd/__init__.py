@@ -11,9 +11,11 @@ from tracegrad.autograd.anomaly_mode import (detect_anomaly, set_detect_anomaly,
                                              is_anomaly_enabled, is_anomaly_check_nan_enabled)
 from tracegrad.autograd import profiler
 from tracegrad.autograd.graph import saved_tensors_hooks, save_on_cpu
+from tracegrad.autograd import functional
 
 __all__ = ["backward", "grad", "no_grad", "enable_grad", "set_grad_enabled",
            "inference_mode", "is_grad_enabled", "is_inference_mode_enabled", "graph", "Node",
            "Function", "once_differentiable", "gradcheck", "gradgradcheck", "GradcheckError",
            "detect_anomaly", "set_detect_anomaly", "is_anomaly_enabled",
-           "is_anomaly_check_nan_enabled", "profiler", "saved_tensors_hooks", "save_on_cpu"]
+           "is_anomaly_check_nan_enabled", "profiler", "saved_tensors_hooks", "save_on_cpu",
+           "functional"]

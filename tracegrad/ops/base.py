@@ -282,6 +282,15 @@ clone_p = register(
     "clone", lambda xp, x: xp.array(x, copy=True), shape=lambda x: x,
     vjp=(lambda g, out, x: g,), jvp=(lambda t, out, x: t,), numpy="{0}.copy()",
     save_inputs=False)
+basis_p = register(
+    "basis", lambda xp, shape, dtype: xp.eye(int(np.prod(shape)), dtype=dtype).reshape(
+        (int(np.prod(shape)),) + tuple(shape)),
+    shape=lambda shape, dtype: Aval((int(np.prod(shape)),) + tuple(shape), np.dtype(dtype)),
+    nondiff=True, save_inputs=False,
+    numpy=lambda names, shape, dtype: (f"np.eye({int(np.prod(shape))}, dtype=np.{dtype})"
+                                       f".reshape({(int(np.prod(shape)),) + tuple(shape)!r})"),
+    doc="The identity as a stack of one-hot arrays of ``shape``: the batched "
+        "seed of a Jacobian.")
 zeros_like_p = register(
     "zeros_like", lambda xp, x: xp.zeros(np.shape(x), np.result_type(x)),
     shape=lambda x: x, nondiff=True, numpy="np.zeros_like({0})", save_inputs=False)
@@ -350,6 +359,8 @@ def _mT(x):
 def _matmul_vjp_a(g, out, a, b):
     if len(a.shape) == 1 and len(b.shape) == 1:
         return mul(g, b)
+    if len(a.shape) == 1 and len(b.shape) == 2:  # (k) @ (k, m): dA = b @ g
+        return matmul(b, g)
     if len(a.shape) == 1:      # (k) @ (..., k, m) -> (..., m)
         return reshape(matmul(b, reshape(g, tuple(g.shape) + (1,))), tuple(g.shape[:-1]) + (b.shape[-2],))
     if len(b.shape) == 1:      # (..., n, k) @ (k) -> (..., n)
@@ -362,14 +373,50 @@ def _matmul_vjp_b(g, out, a, b):
         return mul(g, a)
     if len(a.shape) == 1:      # dB[..., k, m] = a[k] g[..., m]
         return mul(reshape(a, (a.shape[0], 1)), reshape(g, tuple(g.shape[:-1]) + (1, g.shape[-1])))
+    if len(b.shape) == 1 and len(a.shape) == 2:  # (n, k) @ (k): dB = g @ a
+        return matmul(g, a)
     if len(b.shape) == 1:      # dB[k] = sum_n a[..., n, k] g[..., n]
         return reshape(matmul(_mT(a), reshape(g, tuple(g.shape) + (1,))),
                        tuple(g.shape[:-1]) + (a.shape[-1],))
     return matmul(_mT(a), g)
 
 
+def _matmul_batch(vals, flags, B):
+    """matmul with a leading batch axis on the flagged operands: 1-D operands
+    become matrices (the extra axis dropped after), batched operands are
+    rank-aligned after the batch axis, and matmul's own broadcasting over
+    leading dimensions does the rest."""
+    (a, b), (fa, fb) = vals, flags
+    ra, rb = len(a.shape) - fa, len(b.shape) - fb
+    if ra == 1 and rb == 1:
+        if fa and fb:
+            return sum(mul(a, b), axis=-1)
+        return matmul(a, b) if fa else matmul(b, a)
+    # one GEMM instead of B matrix-vector products
+    if fa and not fb and rb == 2 and ra <= 2:
+        return reshape(matmul(reshape(a, (-1, a.shape[-1])), b), tuple(a.shape[:-1]) + (b.shape[-1],))
+    if fb and not fa and ra == 2 and rb == 1:
+        return matmul(b, transpose(a))
+    drop = None
+    if ra == 1:
+        a, ra, drop = reshape(a, tuple(a.shape[:fa]) + (1, a.shape[-1])), 2, -2
+    if rb == 1:
+        b, rb, drop = reshape(b, tuple(b.shape[:fb]) + (b.shape[-1], 1)), 2, -1
+    r = max(ra, rb)
+    if fa and ra < r:
+        a = reshape(a, (B,) + (1,) * (r - ra) + tuple(a.shape[1:]))
+    if fb and rb < r:
+        b = reshape(b, (B,) + (1,) * (r - rb) + tuple(b.shape[1:]))
+    out = matmul(a, b)
+    if drop == -1:
+        out = reshape(out, tuple(out.shape[:-1]))
+    elif drop == -2:
+        out = reshape(out, tuple(out.shape[:-2]) + (out.shape[-1],))
+    return out
+
+
 matmul_p = register(
-    "matmul", lambda xp, a, b: xp.matmul(a, b), shape=_matmul_shape,
+    "matmul", lambda xp, a, b: xp.matmul(a, b), shape=_matmul_shape, batch=_matmul_batch,
     vjp=(_matmul_vjp_a, _matmul_vjp_b),
     jvp=(lambda t, out, a, b: matmul(t, b), lambda t, out, a, b: matmul(a, t)),
     numpy="np.matmul({0}, {1})", ufunc="np.matmul")

@@ -1,0 +1,389 @@
+"""tg.autograd.functional: jacobian, hessian, vjp, jvp, vhp, hvp.
+
+Same names, arguments and return structures as torch.autograd.functional,
+but run on the compiler: the user's function is traced once per input
+signature, the transform is applied to its graph (a Jacobian or Hessian is
+one batched graph, a jvp uses the forward-mode pass, an hvp is
+forward-over-reverse), and the generated code runs as one call.  With
+``create_graph=True`` that call is recorded on the tape as one node whose
+backward is again generated code, so the results can be differentiated.
+
+A function that cannot be traced (Python control flow on tensor values)
+falls back to eager autograd with the same semantics.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tracegrad.autograd.grad_mode import enable_grad, no_grad
+from tracegrad.tensor import Tensor
+
+__all__ = ["jacobian", "hessian", "vjp", "jvp", "vhp", "hvp"]
+
+_CACHE: dict = {}
+
+
+def _as_tuple(x, arg_name, fn_name):
+    if isinstance(x, Tensor):
+        return False, (x,)
+    if isinstance(x, (tuple, list)):
+        for i, e in enumerate(x):
+            if not isinstance(e, Tensor):
+                raise TypeError(f"The {arg_name} given to {fn_name} must be either a Tensor or a "
+                                f"tuple of Tensors but the value at index {i} has type {type(e)}.")
+        return True, tuple(x)
+    raise TypeError(f"The {arg_name} given to {fn_name} must be either a Tensor or a tuple of "
+                    f"Tensors but the given {arg_name} has type {type(x)}.")
+
+
+def _trace(func, inputs):
+    from tracegrad import cache
+    from tracegrad.primitives import Aval
+    from tracegrad.trace import trace_function
+    avals = [Aval(tuple(x.shape), x.dtype) for x in inputs]
+    names = [f"input{i}" for i in range(len(inputs))]
+    trace, out_tree = trace_function(func, avals, lambda ts: (list(ts), {}), names)
+    cache.count("traces")
+    if out_tree[0] == "tuple" and all(e == ("leaf",) for e in out_tree[1]):
+        tuple_out = True
+    elif out_tree == ("leaf",):
+        tuple_out = False
+    else:
+        raise TypeError(f"The outputs of the user-provided function must be either a Tensor or "
+                        f"a tuple of Tensors, not {out_tree[0]}")
+    return trace, tuple_out
+
+
+def _graph_function(trace, what, func):
+    """The GraphFunction of ``what`` applied to the traced graph (cached)."""
+    from tracegrad.graph_call import GraphFunction
+    key = (trace.structure_hash(), what)
+    gf = _CACHE.get(key)
+    if gf is not None:
+        return gf
+    n_in, n_out = len(trace.inputs), len(trace.outputs)
+    wrt = list(range(n_in))
+
+    def make():
+        from tracegrad import adjoint, ir, passes
+        g = passes.optimize(ir.from_trace(trace))
+        if what == "forward":
+            out = g
+        elif what in ("jacrev", "jacfwd"):
+            out = adjoint.jacobian(g, wrt, mode=what[3:])
+        elif what == "hessian":
+            out = adjoint.hessian(g, wrt)
+        elif what == "vjp":
+            out = adjoint.reverse(g, wrt, seed="input", keep_outputs=True)
+        elif what == "jvp":
+            out = adjoint.tangent(g, wrt, keep_outputs=True)
+        elif what == "vhp":      # v^T H: the vjp of the gradient graph
+            out = adjoint.reverse(adjoint.reverse(g, wrt, seed="ones", keep_outputs=False),
+                                  wrt, seed="input", keep_outputs=False)
+        elif what == "hvp":      # H v: forward mode over the gradient graph
+            out = adjoint.tangent(adjoint.reverse(g, wrt, seed="ones", keep_outputs=False),
+                                  wrt, keep_outputs=False)
+        else:
+            raise ValueError(what)
+        return passes.optimize(out)
+
+    name = f"{getattr(func, '__qualname__', 'func')} ({what})"
+    # inputs and outputs of the transformed graph
+    sizes = {"forward": (n_in, n_out), "jacrev": (n_in, n_out * n_in),
+             "jacfwd": (n_in, n_out * n_in), "hessian": (n_in, n_in * n_in),
+             "vjp": (n_in + n_out, n_out + n_in), "jvp": (2 * n_in, 2 * n_out),
+             "vhp": (2 * n_in, n_in), "hvp": (2 * n_in, n_in)}[what]
+    gf = GraphFunction(f"{key[0]}/functional/{what}", make, name, *sizes)
+    _CACHE[key] = gf
+    return gf
+
+
+def _run(gf, values, create_graph):
+    """Run a GraphFunction on Tensors: on the tape when create_graph."""
+    if create_graph:
+        with enable_grad():
+            return gf.call_tensors(list(values))
+    with no_grad():
+        return gf.call_tensors(list(values))
+
+
+def _check_strict(trace, fn_name):
+    """strict=True: every input must reach some output."""
+    reach = set()
+    stack = list(trace.outputs)
+    while stack:
+        n = trace.nodes[stack.pop()]
+        if n.id in reach:
+            continue
+        reach.add(n.id)
+        stack.extend(n.inputs)
+    for i, nid in enumerate(trace.inputs):
+        if nid not in reach:
+            raise RuntimeError(f"The output of the user-provided function is independent of input "
+                               f"{i}. This is not allowed in strict mode.")
+
+
+def _prepare(func, inputs, fn_name, strict):
+    """Trace func; None when it cannot be traced (eager fallback)."""
+    from tracegrad.trace import TraceError
+    try:
+        trace, tuple_out = _trace(func, inputs)
+    except TraceError:
+        return None
+    if strict:
+        _check_strict(trace, fn_name)
+    return trace, tuple_out
+
+
+def _validate_v(v, outputs, name, fn_name):
+    if v is None:
+        if len(outputs) != 1 or int(np.prod(outputs[0].shape)) != 1:
+            raise RuntimeError(f"The vector v can only be None if the user-provided function "
+                               f"returns a single Tensor with a single element.")
+        return (Tensor(np.ones(outputs[0].shape, outputs[0].dtype)),)
+    _, v = _as_tuple(v, name, fn_name)
+    if len(v) != len(outputs):
+        raise RuntimeError(f"v is a tuple of invalid length: should be {len(outputs)} but got "
+                           f"{len(v)}.")
+    for i, (a, o) in enumerate(zip(v, outputs)):
+        if tuple(a.shape) != tuple(o.shape):
+            raise RuntimeError(f"Entry {i} in v has invalid size: should be {list(o.shape)} but "
+                               f"got {list(a.shape)}.")
+    return v
+
+
+def _out_avals(trace):
+    from tracegrad.primitives import Aval
+    res = []
+    for nid in trace.outputs:
+        a = trace.nodes[nid].aval
+        res.append(a if isinstance(a, Aval) else Aval((), np.result_type(a)))
+    return res
+
+
+def _grad_free(xs, create_graph):
+    return tuple(x if create_graph else x.detach() for x in xs)
+
+
+# --- the public functions ---------------------------------------------------------------
+
+def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False,
+             strategy="reverse-mode"):
+    """The Jacobian of ``func`` at ``inputs`` (see torch.autograd.functional.jacobian)."""
+    if strategy not in ("reverse-mode", "forward-mode"):
+        raise ValueError('Expected strategy to be either "forward-mode" or "reverse-mode".')
+    tuple_in, inputs = _as_tuple(inputs, "inputs", "jacobian")
+    prep = _prepare(func, inputs, "jacobian", strict)
+    if prep is None:
+        return _eager_jacobian(func, inputs, tuple_in, create_graph, strict)
+    trace, tuple_out = prep
+    what = "jacrev" if strategy == "reverse-mode" else "jacfwd"
+    flat = _run(_graph_function(trace, what, func), inputs, create_graph)
+    n_in = len(inputs)
+    rows = [tuple(flat[o * n_in:(o + 1) * n_in]) for o in range(len(trace.outputs))]
+    return _structure(rows, tuple_out, tuple_in)
+
+
+def _structure(rows, tuple_out, tuple_in):
+    if tuple_out and tuple_in:
+        return tuple(rows)
+    if tuple_out:
+        return tuple(r[0] for r in rows)
+    if tuple_in:
+        return rows[0]
+    return rows[0][0]
+
+
+def hessian(func, inputs, create_graph=False, strict=False, vectorize=False,
+            outer_jacobian_strategy="reverse-mode"):
+    """The Hessian of a scalar ``func`` (see torch.autograd.functional.hessian)."""
+    tuple_in, inputs = _as_tuple(inputs, "inputs", "hessian")
+    prep = _prepare(func, inputs, "hessian", strict)
+    if prep is None:
+        return _eager_hessian(func, inputs, tuple_in, create_graph, strict)
+    trace, tuple_out = prep
+    outs = _out_avals(trace)
+    if tuple_out and len(outs) != 1 or int(np.prod(outs[0].shape)) != 1:
+        raise RuntimeError("The function given to hessian should return a single Tensor")
+    if outs[0].shape != ():
+        inner = func
+        func = lambda *xs: inner(*xs).reshape(())  # noqa: E731
+        trace, _ = _trace(func, inputs)
+    flat = _run(_graph_function(trace, "hessian", func), inputs, create_graph)
+    n = len(inputs)
+    blocks = tuple(tuple(flat[i * n:(i + 1) * n]) for i in range(n))
+    return blocks if tuple_in else blocks[0][0]
+
+
+def vjp(func, inputs, v=None, create_graph=False, strict=False):
+    """(func(inputs), v^T J) (see torch.autograd.functional.vjp)."""
+    tuple_in, inputs = _as_tuple(inputs, "inputs", "vjp")
+    prep = _prepare(func, inputs, "vjp", strict)
+    if prep is None:
+        return _eager_vjp(func, inputs, v, tuple_in, create_graph)
+    trace, tuple_out = prep
+    v = _validate_v(v, _out_avals(trace), "v", "vjp")
+    n_out = len(trace.outputs)
+    flat = _run(_graph_function(trace, "vjp", func), inputs + v, create_graph)
+    out, res = flat[:n_out], flat[n_out:]
+    return (out if tuple_out else out[0]), (tuple(res) if tuple_in else res[0])
+
+
+def jvp(func, inputs, v=None, create_graph=False, strict=False):
+    """(func(inputs), J v) by the forward-mode pass (see torch.autograd.functional.jvp)."""
+    tuple_in, inputs = _as_tuple(inputs, "inputs", "jvp")
+    if v is None:
+        if len(inputs) != 1 or int(np.prod(inputs[0].shape)) != 1:
+            raise RuntimeError("The vector v can only be None if the input to the user-provided "
+                               "function is a single Tensor with a single element.")
+        v = (Tensor(np.ones(inputs[0].shape, inputs[0].dtype)),)
+    else:
+        _, v = _as_tuple(v, "v", "jvp")
+        if len(v) != len(inputs):
+            raise RuntimeError(f"v is a tuple of invalid length: should be {len(inputs)} but got "
+                               f"{len(v)}.")
+        for i, (a, x) in enumerate(zip(v, inputs)):
+            if tuple(a.shape) != tuple(x.shape):
+                raise RuntimeError(f"Entry {i} in v has invalid size: should be {list(x.shape)} "
+                                   f"but got {list(a.shape)}.")
+    prep = _prepare(func, inputs, "jvp", strict)
+    if prep is None:
+        return _eager_jvp(func, inputs, v, create_graph)
+    trace, tuple_out = prep
+    n_out = len(trace.outputs)
+    flat = _run(_graph_function(trace, "jvp", func), inputs + v, create_graph)
+    out, res = flat[:n_out], flat[n_out:]
+    return (out if tuple_out else out[0]), (tuple(res) if tuple_out else res[0])
+
+
+def _scalar_check(trace, fn_name):
+    outs = _out_avals(trace)
+    if len(outs) != 1 or int(np.prod(outs[0].shape)) != 1:
+        raise RuntimeError(f"The function given to {fn_name} should return a single Tensor "
+                           f"with a single element")
+
+
+def _hessian_product(func, inputs, v, create_graph, strict, what):
+    tuple_in, inputs = _as_tuple(inputs, "inputs", what)
+    _, v = _as_tuple(v, "v", what) if v is not None else (None, None)
+    if v is None:
+        if len(inputs) != 1 or int(np.prod(inputs[0].shape)) != 1:
+            raise RuntimeError("The vector v can only be None if the input to the user-provided "
+                               "function is a single Tensor with a single element.")
+        v = (Tensor(np.ones(inputs[0].shape, inputs[0].dtype)),)
+    if len(v) != len(inputs):
+        raise RuntimeError(f"v is a tuple of invalid length: should be {len(inputs)} but got "
+                           f"{len(v)}.")
+    for i, (a, x) in enumerate(zip(v, inputs)):
+        if tuple(a.shape) != tuple(x.shape):
+            raise RuntimeError(f"Entry {i} in v has invalid size: should be {list(x.shape)} but "
+                               f"got {list(a.shape)}.")
+    prep = _prepare(func, inputs, what, strict)
+    if prep is None:
+        return _eager_hessian_product(func, inputs, v, tuple_in, create_graph, what)
+    trace, _ = prep
+    _scalar_check(trace, what)
+    if _out_avals(trace)[0].shape != ():
+        inner = func
+        func = lambda *xs: inner(*xs).reshape(())  # noqa: E731
+        trace, _ = _trace(func, inputs)
+    out = _run(_graph_function(trace, "forward", func), inputs, create_graph)[0]
+    res = _run(_graph_function(trace, what, func), inputs + v, create_graph)
+    return out, (tuple(res) if tuple_in else res[0])
+
+
+def vhp(func, inputs, v=None, create_graph=False, strict=False):
+    """(func(inputs), v^T H) (see torch.autograd.functional.vhp)."""
+    return _hessian_product(func, inputs, v, create_graph, strict, "vhp")
+
+
+def hvp(func, inputs, v=None, create_graph=False, strict=False):
+    """(func(inputs), H v) by forward-over-reverse: as fast as vhp."""
+    return _hessian_product(func, inputs, v, create_graph, strict, "hvp")
+
+
+# --- eager fallbacks for functions that cannot be traced -------------------------------------
+
+def _eager_outputs(func, inputs, create_graph):
+    xs = tuple(x.detach().requires_grad_(True) if np.issubdtype(x.dtype, np.inexact) else x
+               for x in inputs)
+    with enable_grad():
+        out = func(*xs)
+    tuple_out = isinstance(out, tuple)
+    outs = out if tuple_out else (out,)
+    return xs, outs, tuple_out
+
+
+def _grads(outs, xs, grad_outputs, create_graph):
+    from tracegrad.autograd.engine import grad
+    from tracegrad.tensor import zeros_like
+    live = [(o, g) for o, g in zip(outs, grad_outputs) if o.requires_grad]
+    if not live:
+        return tuple(zeros_like(x) for x in xs)
+    res = grad([o for o, _ in live], xs, [g for _, g in live], retain_graph=True,
+               create_graph=create_graph, allow_unused=True)
+    return tuple(r if r is not None else zeros_like(x) for r, x in zip(res, xs))
+
+
+def _eager_jacobian(func, inputs, tuple_in, create_graph, strict):
+    from tracegrad.ops import stack, reshape
+    xs, outs, tuple_out = _eager_outputs(func, inputs, create_graph)
+    rows = []
+    for o in outs:
+        n = int(np.prod(o.shape))
+        per_row = []
+        for k in range(n):
+            e = np.zeros(n, o.dtype)
+            e[k] = 1
+            per_row.append(_grads((o,), xs, (Tensor(e.reshape(o.shape)),), create_graph))
+        blocks = []
+        for j, x in enumerate(xs):
+            col = [r[j] for r in per_row]
+            blocks.append(reshape(stack(col), tuple(o.shape) + tuple(x.shape)) if col else
+                          Tensor(np.zeros(tuple(o.shape) + tuple(x.shape), x.dtype)))
+        rows.append(tuple(b if create_graph else b.detach() for b in blocks))
+    return _structure(rows, tuple_out, tuple_in)
+
+
+def _eager_hessian(func, inputs, tuple_in, create_graph, strict):
+    def grad_fn(*xs):
+        xs2, outs, _ = _eager_outputs(func, xs, True)
+        return _grads(outs, xs2, (None,) * len(outs), True)
+    res = _eager_jacobian(grad_fn, inputs, True, create_graph, strict)
+    return res if tuple_in else res[0][0]
+
+
+def _eager_vjp(func, inputs, v, tuple_in, create_graph):
+    xs, outs, tuple_out = _eager_outputs(func, inputs, create_graph)
+    v = _validate_v(v, outs, "v", "vjp")
+    res = _grads(outs, xs, v, create_graph)
+    outs = _grad_free(outs, create_graph)
+    res = _grad_free(res, create_graph)
+    return (outs if tuple_out else outs[0]), (res if tuple_in else res[0])
+
+
+def _eager_jvp(func, inputs, v, create_graph):
+    # the double-vjp trick: J v = d/du (u^T J) v, exact and eager
+    from tracegrad.tensor import zeros_like
+    xs, outs, tuple_out = _eager_outputs(func, inputs, create_graph)
+    us = tuple(zeros_like(o, requires_grad=True) for o in outs)
+    g = _grads(outs, xs, us, True)
+    from tracegrad.autograd.engine import grad
+    res = grad(g, us, v, create_graph=create_graph, allow_unused=True)
+    res = tuple(r if r is not None else zeros_like(o) for r, o in zip(res, outs))
+    outs = _grad_free(outs, create_graph)
+    res = _grad_free(res, create_graph)
+    return (outs if tuple_out else outs[0]), (res if tuple_out else res[0])
+
+
+def _eager_hessian_product(func, inputs, v, tuple_in, create_graph, what):  # noqa: ARG001
+    xs, outs, _ = _eager_outputs(func, inputs, create_graph)
+    g = _grads(outs, xs, (None,), True)
+    from tracegrad.autograd.engine import grad
+    from tracegrad.tensor import zeros_like
+    # the Hessian is symmetric, so v^T H and H v are the same vectors here
+    res = grad(g, xs, v, create_graph=create_graph, allow_unused=True)
+    res = tuple(r if r is not None else zeros_like(x) for r, x in zip(res, xs))
+    out = _grad_free(outs, create_graph)[0]
+    res = _grad_free(res, create_graph)
+    return out, (res if tuple_in else res[0])
