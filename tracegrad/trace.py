@@ -264,7 +264,7 @@ class Trace:
         loc = self.loc_override or _user_frame()
         node = self._add(prim.name, ids, dict(attrs), aval, loc)
         n_out = prim.num_outputs(attrs)
-        if n_out == 1:
+        if prim.n_out == 1:  # a callable n_out always gives a tuple, as in eager mode
             if isinstance(aval, tuple) and not isinstance(aval, Aval):
                 aval = aval[0]
                 node.aval = aval
@@ -323,6 +323,16 @@ def _trace_bind(prim, args, attrs):
 
 
 primitives._trace_bind = _trace_bind
+
+
+def _install_function_tracing():
+    """Custom autograd.Functions met while tracing become custom_vjp nodes."""
+    from tracegrad.autograd import function
+    from tracegrad.ops.custom import trace_apply
+    function._trace_apply = trace_apply
+
+
+_install_function_tracing()
 
 
 # --- pytrees: tuples, lists, dicts and None around array leaves ------------------------

@@ -1,0 +1,145 @@
+"""Custom Functions inside compiled code: one opaque node whose vjp is the
+user's ``backward``.
+
+While tracing, ``MyFn.apply(x, ...)`` records the user's ``forward`` as
+ordinary ops and then one ``custom_vjp`` node over (forward outputs,
+inputs).  The node passes the forward outputs through unchanged (the
+generated code is just the forward's ops), but its vjp rule ignores them and
+calls the user's ``backward`` instead: the forward's own ops are never
+differentiated.  The rule re-runs ``forward`` on the inputs to rebuild
+``ctx`` (its saved tensors); in a trace those ops hash-cons onto the ones
+already recorded, so nothing is computed twice.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+
+from tracegrad.primitives import bind, register
+
+__all__ = []
+
+
+class _TraceCtx:
+    """``ctx`` for a Function's forward/backward running on tracers."""
+
+    def __init__(self, needs_input_grad):
+        self.needs_input_grad = needs_input_grad
+        self.to_save = ()
+        self.materialize_grads = True
+        self.non_differentiable = ()
+
+    def save_for_backward(self, *values):
+        self.to_save = values
+
+    @property
+    def saved_tensors(self):
+        return tuple(self.to_save)
+
+    def save_for_forward(self, *values):
+        self.saved_for_forward = values
+
+    def mark_dirty(self, *args):
+        raise TypeError("mark_dirty (an in-place custom Function) cannot be compiled: "
+                        "compiled code has no in-place semantics; use it in eager mode")
+
+    def mark_non_differentiable(self, *args):
+        self.non_differentiable = args
+
+    def set_materialize_grads(self, value):
+        self.materialize_grads = bool(value)
+
+
+def _run_forward(fn, ctx, args):
+    from tracegrad.autograd.function import _uses_setup_context
+    if _uses_setup_context(fn):
+        out = fn.forward(*args)
+        fn.setup_context(ctx, tuple(args), out)
+        return out
+    return fn.forward(ctx, *args)
+
+
+def _args(operands_x, statics, tensor_pos):
+    n = len(statics) + len(tensor_pos)
+    args = [None] * n
+    for p, v in statics:
+        args[p] = v
+    for p, x in zip(tensor_pos, operands_x):
+        args[p] = x
+    return args
+
+
+def _custom_vjp(g, out, *operands, fn, n_out, statics, tensor_pos, source):
+    from tracegrad.ops.base import zeros_like_value
+    raw, xs = operands[:n_out], operands[n_out:]
+    ctx = _TraceCtx(tuple(i in tensor_pos for i in range(len(statics) + len(tensor_pos))))
+    _run_forward(fn, ctx, _args(xs, statics, tensor_pos))
+    gs = tuple(g)
+    if ctx.materialize_grads:
+        gs = tuple(zeros_like_value(r) if gi is None else gi for gi, r in zip(gs, raw))
+    grads = fn.backward(ctx, *gs)
+    if not isinstance(grads, tuple):
+        grads = (grads,)
+    n_args = len(statics) + len(tensor_pos)
+    if len(grads) != n_args:
+        raise RuntimeError(f"function {fn.__name__}Backward returned an incorrect number of "
+                           f"gradients (expected {n_args}, got {len(grads)})")
+    return (None,) * n_out + tuple(grads[p] for p in tensor_pos)
+
+
+def _custom_jvp(tangents, out, *operands, fn, n_out, statics, tensor_pos, source):
+    # forward mode differentiates the forward's ops: the node passes the
+    # tangents of the forward outputs through
+    return tuple(tangents[:n_out])
+
+
+def _custom_numpy(names, fn, n_out, statics, tensor_pos, source):
+    return "(" + ", ".join(names[:n_out]) + ",)"
+
+
+# The node always has a tuple of outputs (n_out is callable), one per
+# forward output.
+custom_vjp_p = register(
+    "custom_vjp",
+    lambda xp, *operands, fn, n_out, statics, tensor_pos, source: tuple(operands[:n_out]),
+    shape=lambda *avals, fn, n_out, statics, tensor_pos, source: tuple(avals[:n_out]),
+    vjp=_custom_vjp, jvp=_custom_jvp, numpy=_custom_numpy,
+    n_out=lambda fn, n_out, statics, tensor_pos, source: n_out,
+    doc="A custom autograd.Function in compiled code: forward outputs pass through; "
+        "the vjp is the user's backward.")
+
+
+def _source_hash(fn):
+    """Part of the node's attributes, so an edited backward is never served
+    stale generated code from the disk cache."""
+    try:
+        src = inspect.getsource(fn)
+    except (OSError, TypeError):
+        src = repr(fn)
+    return hashlib.sha1(src.encode()).hexdigest()[:16]
+
+
+def trace_apply(fn, args, kwargs):
+    """``Function.apply`` on tracers: the forward's ops plus one custom_vjp node."""
+    from tracegrad.autograd.function import _bind_args, _uses_setup_context
+    if kwargs:
+        args = _bind_args(fn, args, kwargs, _uses_setup_context(fn))
+    tensor_pos, statics = [], []
+    for i, a in enumerate(args):
+        if hasattr(a, "_trace") or hasattr(a, "grad_fn") or hasattr(a, "__array_interface__"):
+            tensor_pos.append(i)
+        else:
+            try:
+                hash(a)
+            except TypeError:
+                raise TypeError(f"{fn.__name__}.apply: non-tensor argument {i} of type "
+                                f"{type(a).__name__} is unhashable; compiled code keys on it, "
+                                f"so pass a tuple or a number") from None
+            statics.append((i, a))
+    ctx = _TraceCtx(tuple(i in tensor_pos for i in range(len(args))))
+    out = _run_forward(fn, ctx, list(args))
+    multi = isinstance(out, tuple)
+    outs = out if multi else (out,)
+    res = bind(custom_vjp_p, *outs, *[args[p] for p in tensor_pos], fn=fn, n_out=len(outs),
+               statics=tuple(statics), tensor_pos=tuple(tensor_pos), source=_source_hash(fn))
+    return res if multi else res[0]
