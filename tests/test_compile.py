@@ -463,3 +463,23 @@ def test_custom_function_edit_changes_cache_key():
     assert _source_hash(ScaledExp) != _source_hash(SplitSquare)
     low = tg.grad(lambda x: np.sum(ScaledExp.apply(x, 1.0))).lower(np.ones(2))
     assert low.key_parts["graph"]  # the source hash is a node attribute in the hashed graph
+
+
+def test_profiler_shows_compiled_call_with_kernels_as_children(tmp_path):
+    import json
+    f = tg.value_and_grad(lambda w, x: np.sum(np.tanh(x @ w) ** 2))
+    w, x = rng.standard_normal((3, 2)), rng.standard_normal((4, 3))
+    expected = f(w, x)
+    with tg.autograd.profiler.profile() as prof:
+        got = f(w, x)
+    np.testing.assert_allclose(got[0], expected[0])
+    keys = [e.key for e in prof.key_averages()]
+    assert "<lambda>" in keys
+    assert any(k.endswith(" matmul") and k.startswith("%") for k in keys)
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    events = json.loads(path.read_text())["traceEvents"]
+    parent = next(e for e in events if e["name"] == "<lambda>")
+    kids = [e for e in events if e.get("cat") == "kernel"]
+    assert kids and all(parent["ts"] <= k["ts"] and k["ts"] + k["dur"] <= parent["ts"] + parent["dur"] + 1
+                        for k in kids)

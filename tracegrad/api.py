@@ -18,6 +18,7 @@ import numpy as np
 
 from tracegrad import cache
 from tracegrad._version import __version__
+from tracegrad.autograd.profiler_state import _state as _prof_state
 from tracegrad.primitives import Aval
 from tracegrad.trace import (TraceError, trace_function, tree_flatten, tree_unflatten,
                              leaf_paths)
@@ -193,6 +194,8 @@ class Compiled:
 
     # --- calls -----------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
+        if _prof_state.current is not None:
+            return self._call_profiled(args, kwargs)
         # Fast path: positional ndarrays only, a signature seen before.
         if not kwargs:
             key = []
@@ -233,6 +236,30 @@ class Compiled:
                                         else o for o in leaves_out])
         return out
 
+    def _call_profiled(self, args, kwargs):
+        """A call while a profiler records: one "compiled" event with the
+        generated statements as child events."""
+        from tracegrad.graph_call import instrumented
+        prof = _prof_state.current
+        _prof_state.current = None        # tracing and building are not the call
+        try:
+            self(*args, **kwargs)          # make sure the signature is built
+            leaves, ranges, kw_tree, statics, names = self._flatten(args, kwargs)
+            arrays = [_leaf_array(x, "argument")[0] for x in leaves]
+            sig = (tuple((a.shape, a.dtype.char, type(a)) for a in arrays),
+                   tuple((r[0], r[3]) for r in ranges), kw_tree, statics, len(args))
+            entry = self._fast.get(sig)
+        finally:
+            _prof_state.current = prof
+        if entry is None:  # a call on the tape: no generated entry of its own
+            return self(*args, **kwargs)
+        fn = instrumented(entry.fns)
+        ev = prof._begin(self.__name__, "compiled", arrays)
+        try:
+            return self._run(entry, arrays, ranges, fn)
+        finally:
+            prof._end(ev)
+
     def _runner(self, entry, ranges):
         """A minimal closure for calls whose arguments are all ndarrays."""
         fn = entry.fns
@@ -260,10 +287,9 @@ class Compiled:
             return lambda a: fn(*a)[0]
         return lambda a: self._run(entry, list(a), ranges)
 
-    def _run(self, entry, arrays, ranges):
+    def _run(self, entry, arrays, ranges, fn=None):
         kind = self.kind
-        fn = entry.fns
-        outs = fn(*arrays)
+        outs = (fn or entry.fns)(*arrays)
         if kind == "forward":
             return tree_unflatten(entry.out_tree, list(outs))
         if kind in ("grad", "value_and_grad"):

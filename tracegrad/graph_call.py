@@ -13,6 +13,9 @@ on the tape, so its derivative is the adjoint of the backward graph.
 """
 from __future__ import annotations
 
+import inspect
+import re
+
 import numpy as np
 
 from tracegrad import cache
@@ -92,10 +95,7 @@ class GraphFunction:
     def run(self, *arrays):
         prof = _prof_state.current
         if prof is not None:
-            ev = prof._begin(self.name, "compiled", arrays)
-            out = self.fn()(*arrays)
-            prof._end(ev)
-            return out
+            return profiled_call(prof, self.name, self.fn(), arrays)
         return self.fn()(*arrays)
 
     # --- derived graphs -------------------------------------------------------------
@@ -174,6 +174,41 @@ class GraphFunction:
             else:
                 res.append(Tensor(o))
         return tuple(res)
+
+
+_STATEMENT = re.compile(r"^(\s+)(t\d+ = .*?)  # (%\d+ \w+)$")
+_instrumented_cache: dict = {}
+
+
+def instrumented(fn):
+    """The generated function with each statement wrapped in a profiler
+    ``record_function`` named after its graph node (``%12 matmul``), so a
+    compiled call shows its generated kernels as child events.  Built from
+    the generated source only while a profiler is recording."""
+    got = _instrumented_cache.get(fn)
+    if got is not None:
+        return got
+    from tracegrad.autograd.profiler import record_function
+    src = inspect.getsource(fn)
+    lines = []
+    for line in src.splitlines():
+        m = _STATEMENT.match(line)
+        if m:
+            line = f"{m.group(1)}with _record_function({m.group(3)!r}, cat='kernel'): {m.group(2)}"
+        lines.append(line)
+    ns = dict(fn.__globals__, _record_function=record_function)
+    exec(compile("\n".join(lines) + "\n", fn.__code__.co_filename, "exec"), ns)
+    got = _instrumented_cache[fn] = ns[fn.__name__]
+    return got
+
+
+def profiled_call(prof, name, fn, arrays):
+    fn = instrumented(fn)
+    ev = prof._begin(name, "compiled", arrays)
+    try:
+        return fn(*arrays)
+    finally:
+        prof._end(ev)
 
 
 class CompiledBackward(Node):
