@@ -295,6 +295,9 @@ class Trace:
     def structure_hash(self) -> str:
         """A hash of everything that determines the generated code: ops,
         wiring, attributes, shapes, dtypes, constants and source locations."""
+        memo = getattr(self, "_hash", None)
+        if memo is not None and memo[0] == (len(self.nodes), tuple(self.outputs)):
+            return memo[1]
         h = hashlib.sha256()
         for n in self.nodes:
             parts = [n.op, repr(n.inputs), repr(_attr_key(n.attrs)), repr(n.aval)]
@@ -307,7 +310,8 @@ class Trace:
             h.update("|".join(parts).encode())
             h.update(b"\n")
         h.update(repr(self.outputs).encode())
-        return h.hexdigest()
+        self._hash = ((len(self.nodes), tuple(self.outputs)), h.hexdigest())
+        return self._hash[1]
 
 
 def _shape_by_eval(prim):

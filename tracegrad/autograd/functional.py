@@ -13,6 +13,8 @@ falls back to eager autograd with the same semantics.
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from tracegrad.autograd.grad_mode import enable_grad, no_grad
@@ -123,16 +125,29 @@ def _check_strict(trace, fn_name):
                                f"{i}. This is not allowed in strict mode.")
 
 
+# func -> {input signature: (trace, tuple_out) or None if untraceable}, so a
+# function called again on inputs of the same shapes is not traced again
+_TRACES = weakref.WeakKeyDictionary()
+
+
 def _prepare(func, inputs, fn_name, strict):
-    """Trace func; None when it cannot be traced (eager fallback)."""
+    """Trace func (once per input signature); None when it cannot be traced
+    (eager fallback)."""
     from tracegrad.trace import TraceError
+    sig = tuple((tuple(x.shape), x.dtype.str) for x in inputs)
     try:
-        trace, tuple_out = _trace(func, inputs)
-    except TraceError:
-        return None
-    if strict:
-        _check_strict(trace, fn_name)
-    return trace, tuple_out
+        per_fn = _TRACES.setdefault(func, {})
+    except TypeError:  # not weak-referenceable: trace every time
+        per_fn = {}
+    if sig not in per_fn:
+        try:
+            per_fn[sig] = _trace(func, inputs)
+        except TraceError:
+            per_fn[sig] = None
+    prep = per_fn[sig]
+    if prep is not None and strict:
+        _check_strict(prep[0], fn_name)
+    return prep
 
 
 def _validate_v(v, outputs, name, fn_name):
