@@ -76,7 +76,8 @@ def c_literal(value, dtype) -> str:
         return ("__longlong_as_double(0x7ff0000000000000LL)" if v > 0
                 else "__longlong_as_double(0xfff0000000000000LL)")
     if single:
-        v = float(np.float32(v))
+        with np.errstate(over="ignore"):
+            v = float(np.float32(v))
         if math.isinf(v):  # a double beyond float's range, as NumPy would round it
             return "__int_as_float(0x7f800000)" if v > 0 else "__int_as_float(0xff800000)"
     text = repr(v)
@@ -364,12 +365,12 @@ class Function:
                 for v, var in kern.outputs:
                     d = g.nodes[v]
                     self.body.append({"code": f"{var} = np.empty({tuple(d['shape'])!r}, "
-                                              f"dtype=np.{d['dtype'].name})",
+                                              f"dtype={d['dtype'].name!r})",
                                       "comment": f"%{v} {d['op']}", "source": None})
                     fresh.add(var)
                 for r, var, dt in kern.partials:
                     self.body.append({"code": f"{var} = np.empty({handle}_grid[0] * {BLOCK}, "
-                                              f"dtype=np.{dt.name})",
+                                              f"dtype={dt.name!r})",
                                       "comment": f"per-thread partial sums of %{r}",
                                       "source": None})
                 args = [a if not (a.startswith("np.ascontiguousarray(") and a[21:-1] in fresh)
