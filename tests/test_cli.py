@@ -222,31 +222,40 @@ def test_door_check_message_and_stdout(work):
         ns["loss"]("w", np.zeros((10, 128)), np.zeros((10, 64)))
 
 
-def test_cupy_backend_module_is_cupy_code(work):
-    """The CuPy module is the same straight-line code with cp. calls; run it
-    here with NumPy standing in for CuPy (no GPU needed)."""
+@pytest.mark.skipif(shutil.which("g++") is None, reason="the CUDA emulator needs g++")
+@pytest.mark.parametrize("transform, call", [
+    ("--value-and-grad", lambda m, w, x, y, cp: m.loss(cp.asarray(w), cp.asarray(x), cp.asarray(y))),
+    ("--vjp", lambda m, w, x, y, cp: m.loss(cp.asarray(w), cp.asarray(x), cp.asarray(y),
+                                            cp.asarray(np.float64(2.0)))),
+])
+def test_cupy_backend_module(work, transform, call):
+    """--backend cupy writes the CUDA target's CuPy driver (kernels in CUDA C)
+    wrapped the same way; run here through tracegrad.testing's CPU emulator of
+    the CUDA target, in place of a GPU."""
     import model
+    from tracegrad import testing
     r = cli("compile", "model.py:loss", "--arg", "w=float64[3,2]", "--arg", "x=float64[5,3]",
-            "--arg", "y=float64[5,2]", "--static", "alpha=0.5", "--value-and-grad",
+            "--arg", "y=float64[5,2]", "--static", "alpha=0.5", transform,
             "--backend", "cupy", "-o", "-")
     assert r.returncode == 0, r.stderr
     src = r.stdout
-    code = [l.split("#")[0] for l in src.splitlines()]
-    assert "import cupy as cp" in code and not [l for l in code if "np." in l.replace("numpy.", "")]
-    fake = work / "fake"
-    fake.mkdir()
-    (fake / "cupy.py").write_text("import sys, numpy\nsys.modules[__name__] = numpy\n")
-    sys.path.insert(0, str(fake))
-    try:
-        sys.modules.pop("cupy", None)
-        ns = {}
+    assert "import cupy as np" in src and "__global__" in src and "tracegrad" not in \
+        "".join(l for l in src.splitlines() if l.lstrip().startswith(("import", "from")))
+    rng = np.random.default_rng(2)
+    w, x, y = rng.normal(size=(3, 2)), rng.normal(size=(5, 3)), rng.normal(size=(5, 2))
+    with testing.emulated_cupy() as cp:
+        ns = {"__name__": "loss_cupy"}
         exec(compile(src, "loss_cupy.py", "exec"), ns)
-        rng = np.random.default_rng(2)
-        w, x, y = rng.normal(size=(3, 2)), rng.normal(size=(5, 3)), rng.normal(size=(5, 2))
-        assert_tree_close(ns["loss"](w, x, y), tg.value_and_grad(model.loss)(w, x, y, 0.5))
-    finally:
-        sys.path.remove(str(fake))
-        sys.modules.pop("cupy", None)
+        got = call(type("M", (), {"loss": staticmethod(ns["loss"])}), w, x, y, cp)
+        with pytest.raises(TypeError, match="argument 'w' must be a CuPy array float64\\[3, 2\\]"):
+            ns["loss"](w, cp.asarray(x), cp.asarray(y), *([2.0] if transform == "--vjp" else []))
+    if transform == "--value-and-grad":
+        expected = tg.value_and_grad(model.loss)(w, x, y, 0.5)
+    else:
+        o, f_vjp = tg.vjp(lambda w, x, y: model.loss(w, x, y, 0.5), w, x, y)
+        expected = (o, f_vjp(np.float64(2.0)))
+    to_np = lambda t: tuple(to_np(v) for v in t) if isinstance(t, tuple) else np.asarray(t)  # noqa: E731
+    assert_tree_close(to_np(got), expected)
 
 
 def test_show_formats_and_render(work):

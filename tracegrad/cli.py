@@ -24,7 +24,6 @@ import ast
 import importlib
 import importlib.util
 import inspect
-import io
 import keyword
 import os
 import re
@@ -32,7 +31,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import tokenize
 import traceback
 
 import numpy as np
@@ -54,7 +52,7 @@ TRANSFORMS = {
 
 # Names the generated module defines or imports at top level; the public
 # function may not take one of them.
-_RESERVED = {"np", "cp", "numpy", "cupy", "math", "base64"}
+_RESERVED = {"np", "_numpy", "numpy", "cupy", "math", "base64"}
 
 
 class CLIError(Exception):
@@ -367,7 +365,11 @@ def _lower(fn, target, transform, wrt, backend):
     parts = dict(fwd.key_parts, transform=transform, wrt=repr(list(wrt)))
     key = cache.key_hash(parts)
     src = fwd.key_parts.get("function", target.func_name)
-    source = codegen.generate_numpy(
+    generate = codegen.generate_numpy
+    if fwd.backend == "cupy":   # the CUDA target: a CuPy driver module, as the decorator's
+        from tracegrad import codegen_cuda
+        generate = codegen_cuda.generate_driver
+    source = generate(
         [(g2, transform, names, f"The {transform} of {src}: the {what}.")],
         source=src, transform=transform, key=key)
     return Lowered(g2, source, key, parts, fwd.backend)
@@ -437,34 +439,6 @@ def _group(items):
     return items[0] if len(items) == 1 else "(" + ", ".join(items) + ")"
 
 
-def _to_cupy(source):
-    """The generated NumPy module, rewritten for CuPy: ``np.`` calls become
-    ``cp.`` calls (CuPy mirrors NumPy's API), constants are decoded on the
-    host and copied to the GPU once."""
-    if "def _erf(" in source:
-        raise CLIError("the CuPy target of `tracegrad compile` cannot export erf (its NumPy "
-                       "helper runs math.erf per element on the host); use --backend numpy.")
-    out = []
-    for line in source.splitlines(keepends=True):
-        if line.startswith("import numpy as np"):
-            out.append("import numpy  # constants are decoded on the host, then copied to the GPU\n")
-            out.append("import cupy as cp\n")
-            continue
-        m = re.match(r"^(_c\d+) = (.*?)(  # %.*)?\n?$", line)
-        if m and m.group(2).startswith("np."):
-            out.append(f"{m.group(1)} = cp.asarray({m.group(2).replace('np.', 'numpy.', 1)})"
-                       f"{m.group(3) or ''}\n")
-            continue
-        out.append(line)
-    text = "".join(out)
-    toks = []
-    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
-        if tok.type == tokenize.NAME and tok.string == "np":
-            tok = tok._replace(string="cp")
-        toks.append(tok)
-    return tokenize.untokenize(toks)
-
-
 _CHECK_NUMPY = '''
 def _check(fname, names, values, specs):
     """Each argument as an array of the declared dtype and shape, or a clear error."""
@@ -490,13 +464,14 @@ def _check(fname, names, values, specs):
 
 _CHECK_CUPY = '''
 def _check(fname, names, values, specs):
-    """Each argument as a CuPy array of the declared dtype and shape, or a clear error."""
+    """Each argument as a CuPy array of the declared dtype and shape, or a
+    clear error.  (In this module the name np is CuPy, _numpy is NumPy.)"""
     arrays = []
     for name, x, (dtype, shape) in zip(names, values, specs):
-        if isinstance(x, cp.ndarray):
+        if isinstance(x, np.ndarray):
             a = x
         elif isinstance(x, (bool, int, float, complex)) and shape == ():
-            a = cp.asarray(numpy.asarray(x).astype(dtype, casting="same_kind"))
+            a = np.asarray(_numpy.asarray(x).astype(dtype, casting="same_kind"))
         else:
             raise TypeError(f"{fname}(): argument {name!r} must be a CuPy array "
                             f"{_spec(dtype, shape)} on the GPU (cupy.asarray(x)), got "
@@ -518,20 +493,23 @@ def _spec(dtype, shape):
 def standalone_module(target, transform, wrt, backend, lowered, public_name, command):
     """Source of the standalone module for ``lowered``."""
     source = lowered.source
+    inner = {"forward": "forward", "grad": "value_and_grad", "value_and_grad": "value_and_grad",
+             "jacobian": "jacobian", "hessian": "hessian"}.get(transform, transform)
+    found = re.search(rf"^def {inner}\(", source, re.M)
+    if found is None:
+        raise RuntimeError(f"the generated module has no function {inner}()")
     defs = list(re.finditer(r"^def (\w+)\(", source, re.M))
-    if not defs:
-        raise RuntimeError("the generated module has no function")
-    inner = defs[-1].group(1)
     kernel = f"_{public_name}_{transform}"
     top_names = {d.group(1) for d in defs} | set(re.findall(r"^(_c\d+) =", source, re.M))
     if public_name in top_names | _RESERVED | {kernel, "_check", "_spec", "_ARGS"} \
             or not public_name.isidentifier() or keyword.iskeyword(public_name):
         raise CLIError(f"the function name {public_name!r} is not a usable name in the generated "
                        f"module; choose another with --name.")
-    source = source[:defs[-1].start()] + f"def {kernel}(" + source[defs[-1].end():]
-    if backend == "cupy":
-        source = _to_cupy(source)
-    xp = "cp" if backend == "cupy" else "np"
+    source = source[:found.start()] + f"def {kernel}(" + source[found.end():]
+    if backend == "cupy" and "import cupy as np" not in source:
+        raise CLIError("the CUDA target did not produce a CuPy driver for this function; "
+                       "use --backend numpy.")
+    xp = "_numpy" if backend == "cupy" else "np"
 
     dyn = target.dyn
     n_out = len(lowered.graph.graph["outputs"])
