@@ -285,7 +285,7 @@ less less_equal linspace log log10 log1p log2 logaddexp logaddexp2 logical_and l
 logical_or logical_xor matmul max maximum mean min minimum mod moveaxis multiply nan_to_num
 negative nonzero not_equal ones ones_like outer pad power prod rad2deg radians ravel
 reciprocal remainder repeat reshape rint roll round sign sin sinc sinh sort split sqrt
-square squeeze stack subtract sum swapaxes take tan tanh tensordot tile transpose trunc
+square squeeze stack subtract sum swapaxes take tan tanh tensordot tile transpose trunc copyto
 true_divide var std where zeros zeros_like
 """.split())
 CUPY_CONSTANTS = frozenset("""
