@@ -425,12 +425,19 @@ class Tensor(ArrayMethods):
                 try:
                     fast(data, *[a._data if isinstance(a, Tensor) else a for a in args])
                 except (ValueError, TypeError) as e:
-                    raise RuntimeError(_inplace_error(e, data)) from None
+                    raise RuntimeError(_inplace_error(e, data, args)) from None
             else:
                 res = fn(Tensor(data), *args)
                 _write(data, res._data)
             self._vbox[0] += 1
             return self
+        if self._base is not None and self._view_fn is None:
+            name = self.grad_fn.name() if self.grad_fn is not None else "a multi-view op"
+            raise RuntimeError(
+                f"Output {self._output_nr} of {name} is a view and is being modified "
+                f"inplace. This view is the output of a function that returns multiple "
+                f"views. Such functions do not allow the output views to be modified "
+                f"inplace. You should replace the inplace operation by an out-of-place one.")
         # recorded: compute out of place from a private copy of the old value
         # (the op may save it for backward), then write the result back
         old = Tensor(data.copy(), self._requires_grad, self.grad_fn, self._output_nr)
@@ -588,15 +595,24 @@ def _tname(dt):
         np.dtype(dt).kind, str(dt))
 
 
-def _inplace_error(e, dst):
+def _inplace_error(e, dst, args=()):
+    """torch's wording for an in-place op that NumPy refused."""
     msg = str(e)
     if "read-only" in msg:
         return ("this tensor's memory is read-only (it is a broadcast view, e.g. from expand()); "
                 "clone() it before writing in place")
-    if "Cannot cast" in msg:
-        return f"in-place operation: {msg}"
-    if "broadcast" in msg or "shape" in msg:
-        return f"in-place operation: the result does not fit a tensor of shape {list(dst.shape)}: {msg}"
+    if "Cannot cast" in msg or "casting" in msg:
+        res = np.result_type(dst, *[a._data if isinstance(a, Tensor) else a for a in args])
+        return (f"result type {_tname(res)} can't be cast to the desired output type "
+                f"{_tname(dst.dtype)}")
+    if "broadcast" in msg:
+        shapes = [np.shape(a._data if isinstance(a, Tensor) else a) for a in args]
+        try:
+            b = np.broadcast_shapes(dst.shape, *shapes)
+        except ValueError:
+            return (f"the size of the operands {[list(s) for s in shapes]} does not match the "
+                    f"size of the tensor {list(dst.shape)}")
+        return f"output with shape {list(dst.shape)} doesn't match the broadcast shape {list(b)}"
     return msg
 
 
@@ -902,7 +918,9 @@ def _view_chain(src, prim, attrs, rest):
     """(base, chain) of a view op's output: the chain of (prim, attrs, other
     operands) that makes the view from its base."""
     if src._base is not None:
-        return src._base, src._view_fn + ((prim, attrs, rest),)
+        chain = src._view_fn
+        # a view of a multi-output view stays one (chain unknown: no in-place)
+        return src._base, None if chain is None else chain + ((prim, attrs, rest),)
     return src, ((prim, attrs, rest),)
 
 
@@ -956,6 +974,23 @@ def eager_bind(prim, args, attrs):
             _edge_of(a) if isinstance(a, Tensor) else _NO_EDGE for a in args), vbox)
         return Tensor(out, True, node, 0, vbox)
     outs = tuple(o if type(o) is _ndarray else xp.asarray(o) for o in out)
+    src = args[0] if prim.view else None
+    if isinstance(src, Tensor):
+        # views of one base (split): they share its version counter, and
+        # in-place ops on them are refused (see Tensor._inplace)
+        vboxes = tuple(src._vbox for _ in outs)
+        base = src._base if src._base is not None else src
+        res = tuple(Tensor(o, False, None, 0, src._vbox) for o in outs)
+        for t in res:
+            t._base, t._view_fn = base, None
+        if track:
+            node = PrimNode(prim, attrs, args, outs, tuple(
+                _edge_of(a) if isinstance(a, Tensor) else _NO_EDGE for a in args), vboxes)
+            node.output_meta = [(o.shape, o.dtype) for o in outs]
+            for i, t in enumerate(res):
+                if outs[i].dtype.kind in "fc":
+                    t.grad_fn, t._output_nr, t._requires_grad = node, i, True
+        return res
     if not track:
         return tuple(Tensor(o) for o in outs)
     vboxes = tuple([0] for _ in outs)
