@@ -483,3 +483,50 @@ def test_profiler_shows_compiled_call_with_kernels_as_children(tmp_path):
     kids = [e for e in events if e.get("cat") == "kernel"]
     assert kids and all(parent["ts"] <= k["ts"] and k["ts"] + k["dur"] <= parent["ts"] + parent["dur"] + 1
                         for k in kids)
+
+
+def test_hessian_of_several_arguments_gives_all_blocks():
+    def f(a, b):
+        return np.sum(a ** 2 * b[:2]) + np.sum(b ** 3)
+
+    a, b = rng.standard_normal(2), rng.standard_normal(3)
+    (haa, hab), (hba, hbb) = tg.hessian(f, argnums=(0, 1))(a, b)
+    assert haa.shape == (2, 2) and hab.shape == (2, 3) and hba.shape == (3, 2) and hbb.shape == (3, 3)
+    np.testing.assert_allclose(haa, np.diag(2 * b[:2]))
+    np.testing.assert_allclose(hab, np.hstack([np.diag(2 * a), np.zeros((2, 1))]))
+    np.testing.assert_allclose(hba, hab.T)
+    np.testing.assert_allclose(hbb, np.diag(6 * b))
+
+
+def test_jacobian_of_several_outputs_keeps_their_structure():
+    def f(x, y):
+        return {"p": x * y, "s": np.sum(x)}
+
+    x, y = rng.standard_normal(3), rng.standard_normal(3)
+    J = tg.jacobian(f, argnums=(0, 1))(x, y)
+    np.testing.assert_allclose(J["p"][0], np.diag(y))
+    np.testing.assert_allclose(J["p"][1], np.diag(x))
+    np.testing.assert_allclose(J["s"][0], np.ones(3))
+    np.testing.assert_allclose(J["s"][1], np.zeros(3))
+
+
+def test_vjp_and_jvp_static_argnums():
+    def f(x, power):
+        return x ** power
+
+    x = rng.standard_normal(3)
+    out, vjp_fn = tg.vjp(f, x, 3, static_argnums=(1,))
+    np.testing.assert_allclose(out, x ** 3)
+    (gx,) = vjp_fn(np.ones(3))
+    np.testing.assert_allclose(gx, 3 * x ** 2)
+    out, t = tg.jvp(f, (x, 2), (np.ones(3),), static_argnums=(1,))
+    np.testing.assert_allclose(t, 2 * x)
+    with pytest.raises(TypeError, match="functools.partial"):
+        tg.vjp(f, x, 3, static_argnames=("power",))
+
+
+def test_numpy_like_constructors_trace():
+    f = tg.grad(lambda x: np.sum(np.full_like(x, 3.0) * x + np.ones_like(x) * np.zeros_like(x)))
+    np.testing.assert_allclose(f(np.ones(2)), [3.0, 3.0])
+    with pytest.raises(tg.TraceError, match="drop the conversion"):
+        tg.compile(lambda x: np.asarray(x) * 2)(np.ones(2))

@@ -283,7 +283,7 @@ class Compiled:
                 outs = fn(*a)
                 return outs[0], tuple(outs[1:])
             return value_and_grads
-        if kind in ("jacrev", "jacfwd", "hessian") and self._single and len(entry.wrt) == 1:
+        if kind in ("jacrev", "jacfwd", "hessian") and self._single and single_out:
             return lambda a: fn(*a)[0]
         return lambda a: self._run(entry, list(a), ranges)
 
@@ -303,8 +303,16 @@ class Compiled:
             if kind == "grad":
                 return (grads, aux) if self.has_aux else grads
             return ((value, aux), grads) if self.has_aux else (value, grads)
-        if kind in ("jacrev", "jacfwd", "hessian"):
-            return self._group(entry.wrt, ranges, outs)
+        n_w = sum(hi - lo for _, lo, hi in entry.wrt)
+        if kind in ("jacrev", "jacfwd"):
+            # output-major blocks: one group over the arguments per output
+            per_out = [self._group(entry.wrt, ranges, outs[k * n_w:(k + 1) * n_w])
+                       for k in range(entry.n_out)]
+            return tree_unflatten(entry.out_tree, per_out)
+        if kind == "hessian":
+            rows = [self._group(entry.wrt, ranges, outs[k * n_w:(k + 1) * n_w])
+                    for k in range(n_w)]
+            return self._group(entry.wrt, ranges, rows)
         raise ValueError(kind)
 
     def _group(self, wrt, ranges, flat):
@@ -509,13 +517,44 @@ def hessian(fn, argnums=0, *, backend=None, static_argnums=(), static_argnames=(
     return Compiled(fn, "hessian", argnums, False, backend, static_argnums, static_argnames)
 
 
+def _bind_statics(fn, primals, static_argnums, static_argnames, what):
+    """(function of the dynamic primals, dynamic primals, static positions)."""
+    if static_argnames:
+        raise TypeError(f"tg.{what} takes its primals positionally, so static_argnames has "
+                        f"nothing to name; bind keyword arguments with functools.partial or "
+                        f"a lambda")
+    if isinstance(static_argnums, int):
+        static_argnums = (static_argnums,)
+    n = len(primals)
+    static = {a % n for a in static_argnums}
+    if not static:
+        return fn, tuple(primals), ()
+    fixed = {i: primals[i] for i in static}
+
+    def with_statics(*dyn):
+        it = iter(dyn)
+        return fn(*[fixed[i] if i in fixed else next(it) for i in range(n)])
+
+    with_statics.__qualname__ = getattr(fn, "__qualname__", "f")
+    with_statics.__module__ = getattr(fn, "__module__", None)
+    return with_statics, tuple(p for i, p in enumerate(primals) if i not in static), sorted(static)
+
+
 def vjp(fn, *primals, has_aux=False, backend=None, static_argnums=(), static_argnames=()):
-    """``(outputs, vjp_fn)``: vjp_fn(cotangents) -> one cotangent per primal."""
+    """``(outputs, vjp_fn)``: vjp_fn(cotangents) -> one cotangent per dynamic
+    primal (static ones, named by ``static_argnums``, get none)."""
     from tracegrad import graph_call
-    return graph_call.vjp(fn, primals, has_aux, backend)
+    if isinstance(fn, Compiled):
+        fn = fn.fn
+    f, dyn, _ = _bind_statics(fn, primals, static_argnums, static_argnames, "vjp")
+    return graph_call.vjp(f, dyn, has_aux, backend)
 
 
 def jvp(fn, primals, tangents, *, backend=None, static_argnums=(), static_argnames=()):
-    """``(outputs, output_tangents)`` by forward mode."""
+    """``(outputs, output_tangents)`` by forward mode; ``tangents`` has one
+    entry per dynamic primal."""
     from tracegrad import graph_call
-    return graph_call.jvp(fn, primals, tangents, backend)
+    if isinstance(fn, Compiled):
+        fn = fn.fn
+    f, dyn, _ = _bind_statics(fn, tuple(primals), static_argnums, static_argnames, "jvp")
+    return graph_call.jvp(f, dyn, tangents, backend)

@@ -210,19 +210,17 @@ def explain_miss(fn_name, parts):
     """With TRACEGRAD_EXPLAIN=1, log which key part changed against the
     closest key this function was compiled with before."""
     seen = _recent_keys.setdefault(fn_name, [])
-    if os.environ.get("TRACEGRAD_EXPLAIN") and seen:
-        def diff(a):
-            return [k for k in sorted(set(a) | set(parts)) if a.get(k) != parts.get(k)]
-        closest = min(seen, key=lambda a: len(diff(a)))
-        changed = diff(closest)
-        lines = [f"  {k}: {closest.get(k)!r} -> {parts.get(k)!r}" for k in changed]
-        msg = (f"tracegrad: recompiling {fn_name} because the cache key changed:\n"
-               + "\n".join(lines))
-        log.warning(msg)
-        print(msg, file=sys.stderr)
-    elif os.environ.get("TRACEGRAD_EXPLAIN"):
-        msg = f"tracegrad: compiling {fn_name} for the first time in this process"
-        log.warning(msg)
+    if os.environ.get("TRACEGRAD_EXPLAIN"):
+        if seen:
+            def diff(a):
+                return [k for k in sorted(set(a) | set(parts)) if a.get(k) != parts.get(k)]
+            # the closest earlier key; among equals the most recent
+            closest = min(reversed(seen), key=lambda a: len(diff(a)))
+            lines = [f"  {k}: {closest.get(k)!r} -> {parts.get(k)!r}" for k in diff(closest)]
+            msg = (f"tracegrad: recompiling {fn_name} because the cache key changed:\n"
+                   + "\n".join(lines))
+        else:
+            msg = f"tracegrad: compiling {fn_name} for the first time in this process"
         print(msg, file=sys.stderr)
     seen.append(parts)
 

@@ -131,7 +131,9 @@ class Tracer(ArrayMethods):
         self._concrete_error(".numpy() requested")
 
     def __array__(self, dtype=None, copy=None):
-        self._concrete_error("conversion to a NumPy array requested")
+        self._concrete_error("conversion to a NumPy array (np.asarray/np.array/float "
+                             "indexing) requested; drop the conversion, a traced value "
+                             "already acts as an array,")
 
     def __iter__(self):
         if not self.shape:

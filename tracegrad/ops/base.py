@@ -577,6 +577,45 @@ def zeros_like_value(x):
     return bind(zeros_like_p, x)
 
 
+# NumPy's *_like constructors and shape queries on tracegrad values: the
+# result depends only on the shape, so no gradient flows through it.
+
+@implements(np.zeros_like)
+def _np_zeros_like(a, dtype=None, **kw):
+    z = bind(zeros_like_p, a)
+    return z if dtype is None else astype(z, dtype)
+
+
+@implements(np.ones_like)
+def _np_ones_like(a, dtype=None, **kw):
+    return add(_np_zeros_like(a, dtype), 1)
+
+
+@implements(np.full_like)
+def _np_full_like(a, fill_value, dtype=None, **kw):
+    return add(_np_zeros_like(a, dtype), fill_value)
+
+
+@implements(np.empty_like)
+def _np_empty_like(a, dtype=None, **kw):
+    return _np_zeros_like(a, dtype)
+
+
+@implements(np.shape)
+def _np_shape(a):
+    return tuple(a.shape)
+
+
+@implements(np.ndim)
+def _np_ndim(a):
+    return len(a.shape)
+
+
+@implements(np.size)
+def _np_size(a, axis=None):
+    return int(np.prod(a.shape)) if axis is None else a.shape[axis]
+
+
 @method("sum")
 @implements(np.sum)
 def sum(x, axis=None, keepdims=False, dim=None, keepdim=None, dtype=None, out=None, **kw):
