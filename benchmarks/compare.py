@@ -262,25 +262,33 @@ def w4():
     return row("W4 Hessian [100x100]", median_time(lambda: lse_quad_hessian_by_hand(x, A)), entries)
 
 
-W5_SCRIPT = """
-import time, sys
+# The W5 programs are self-contained: importing this file would import the
+# peers (torch, JAX), whose start-up is not what W5 measures.
+_W5_COMMON = """
+import time
 t0 = time.perf_counter()
 import numpy as np
+rng = np.random.default_rng(0)
+args = (rng.standard_normal((64, 256)) * 0.1, np.zeros(256), rng.standard_normal((256, 10)) * 0.1,
+        np.zeros(10), rng.standard_normal((256, 64)), rng.standard_normal((256, 10)))
+"""
+
+W5_SCRIPT = _W5_COMMON + """
 import tracegrad as tg
-sys.path.insert(0, {here!r})
-from compare import mlp, mlp_args
-args = mlp_args()
+def mlp(W1, b1, W2, b2, X, Y):
+    h = np.tanh(X @ W1 + b1)
+    return np.mean((h @ W2 + b2 - Y) ** 2)
 g = tg.value_and_grad(mlp, argnums=(0, 1, 2, 3))(*args)
 print(time.perf_counter() - t0)
 """
 
-W5_NUMPY = """
-import time, sys
-t0 = time.perf_counter()
-import numpy as np
-sys.path.insert(0, {here!r})
-from compare import mlp_by_hand, mlp_args
-mlp_by_hand(*mlp_args())
+W5_NUMPY = _W5_COMMON + """
+W1, b1, W2, b2, X, Y = args
+h = np.tanh(X @ W1 + b1)
+r = h @ W2 + b2 - Y
+d = (2.0 / r.size) * r
+dh = (d @ W2.T) * (1 - h * h)
+g = (np.mean(r * r), X.T @ dh, dh.sum(0), h.T @ d, d.sum(0))
 print(time.perf_counter() - t0)
 """
 
@@ -295,18 +303,17 @@ def _process_time(code, env, repeats=5):
 
 
 def w5():
-    here = os.path.dirname(os.path.abspath(__file__))
     base_env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
-    numpy_t = _process_time(W5_NUMPY.format(here=here), base_env)
+    numpy_t = _process_time(W5_NUMPY, base_env)
     cold = []
     for _ in range(3):
         with tempfile.TemporaryDirectory() as d:
             env = dict(base_env, TRACEGRAD_CACHE_DIR=d)
-            cold.append(_process_time(W5_SCRIPT.format(here=here), env, repeats=1))
+            cold.append(_process_time(W5_SCRIPT, env, repeats=1))
     with tempfile.TemporaryDirectory() as d:
         env = dict(base_env, TRACEGRAD_CACHE_DIR=d)
-        _process_time(W5_SCRIPT.format(here=here), env, repeats=1)
-        warm = _process_time(W5_SCRIPT.format(here=here), env)
+        _process_time(W5_SCRIPT, env, repeats=1)
+        warm = _process_time(W5_SCRIPT, env)
     out = {"workload": "W5 fresh process to first W3 grad", "numpy_s": numpy_t,
            "tracegrad cold cache": statistics.median(cold) / numpy_t,
            "tracegrad warm cache": warm / numpy_t,
