@@ -323,6 +323,8 @@ DIFF_CASES = [c for c in CASES if not REGISTRY[c.prim].nondiff]
 TESTED_ELSEWHERE = {
     # the vjp is a user's hand-written backward: tests/test_compile.py
     "custom_vjp",
+    # device moves need a GPU (or the CuPy stand-in): tests/test_cuda_device.py
+    "to_device",
 }
 
 

@@ -928,6 +928,7 @@ def eager_bind(prim, args, attrs):
     arrays = []
     needs_grad = False
     xp = np
+    on_cpu = False  # a Tensor operand in host memory (device check below)
     for a in args:
         if isinstance(a, Tensor):
             d = a._data
@@ -935,11 +936,18 @@ def eager_bind(prim, args, attrs):
                 needs_grad = True
             if type(d) is not _ndarray:
                 xp = primitives.array_module(d)
+            else:
+                on_cpu = True
             arrays.append(d)
         elif type(a) is list or type(a) is tuple:
             raise TypeError(f"{prim.name}: operands must be arrays or scalars, got a {type(a).__name__}")
         else:
             arrays.append(a)
+    if on_cpu and xp is not np:  # CUDA device work: no implicit copies between devices
+        raise RuntimeError(
+            f"Expected all tensors to be on the same device, but found at least two devices, "
+            f"cuda and cpu! (in tracegrad op '{prim.name}'); move one with .to(device), "
+            f".cuda() or .cpu()")
     prof = _prof_state.current
     if prof is not None:
         ev = prof._begin(prim.name, "op", arrays)
@@ -951,8 +959,9 @@ def eager_bind(prim, args, attrs):
         prof._end(ev)
     track = needs_grad and not prim.nondiff and _mode.grad_enabled
     if prim.n_out == 1:
-        if type(out) is not _ndarray:
-            out = xp.asarray(out)
+        if type(out) is not _ndarray:  # a CuPy result stays CuPy (to_device to "cuda")
+            mod = primitives.array_module(out)
+            out = (mod if mod is not np else xp).asarray(out)
         if prim.view:
             src = args[0]
             # a real view (shares memory with its operand; advanced indexing

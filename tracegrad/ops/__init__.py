@@ -11,7 +11,8 @@ from tracegrad.ops.base import (unbroadcast, stop_gradient, astype, clone, zeros
                                 swapaxes, permute, mm, where, sum, reshape, broadcast_to,
                                 transpose, matmul, pow, div, sub, mul, add, neg)
 
-for _name in ("elementwise", "reductions", "shape", "indexing", "linalg", "nn", "custom"):
+for _name in ("elementwise", "reductions", "shape", "indexing", "linalg", "nn", "custom",
+              "devices"):
     try:
         _mod = __import__(f"tracegrad.ops.{_name}", fromlist=["*"])
     except ModuleNotFoundError as _e:  # module not written yet
