@@ -243,8 +243,8 @@ class Tensor(ArrayMethods):
     # --- autograd -------------------------------------------------------------
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
         """Compute the gradient of this tensor w.r.t. graph leaves (see torch.Tensor.backward)."""
-        from tracegrad.autograd import backward
-        backward(self, gradient, retain_graph, create_graph, inputs=inputs)
+        from tracegrad.autograd.engine import backward
+        backward(self, gradient, retain_graph, create_graph, None, inputs)
 
     def detach(self):
         """A new Tensor on the same memory and version counter, outside the graph."""
@@ -678,6 +678,26 @@ def _edge_of(a):
     return _NO_EDGE
 
 
+def _edges(args):
+    """next_functions of a node recorded on ``args``."""
+    out = []
+    for a in args:
+        if isinstance(a, Tensor):
+            fn = a.grad_fn
+            if fn is not None:
+                out.append((fn, a._output_nr))
+            elif a._requires_grad:
+                acc = a._accum
+                if acc is None:
+                    acc = a._accum = AccumulateGrad(a)
+                out.append((acc, 0))
+            else:
+                out.append(_NO_EDGE)
+        else:
+            out.append(_NO_EDGE)
+    return tuple(out)
+
+
 _avals = {}
 
 
@@ -728,8 +748,8 @@ class PrimNode(Node):
                               else (a, None) for a in args]
                 self.in_meta = [_meta(a) for a in args]
             else:
-                self.saved = saved = [(a, a._vbox[0]) if isinstance(a, Tensor) else (a, None)
-                                      for a in args]
+                self.saved = saved = [(a, a._vbox[0]) if type(a) is Tensor or isinstance(a, Tensor)
+                                      else (a, None) for a in args]
                 if prim.view:
                     # a view's backward is linear in its operand and reads only
                     # its shape: an in-place change of the base is no error
@@ -737,7 +757,15 @@ class PrimNode(Node):
                 self.in_meta = None  # the saved inputs carry their shapes and dtypes
         else:
             self.saved = None
-            self.in_meta = [_meta(a) for a in args]
+            meta = []
+            for a in args:
+                if isinstance(a, Tensor):
+                    d = a._data
+                    m = _avals.get((d.shape, d.dtype))
+                    meta.append(m if m is not None else _meta(d))
+                else:
+                    meta.append(_meta(a))
+            self.in_meta = meta
         if prim.save_out:
             self.out_saved = out_data
             self.out_vbox = out_vbox
@@ -972,15 +1000,13 @@ def eager_bind(prim, args, attrs):
                 t = Tensor(out, False, None, 0, vbox)
                 t._base, t._view_fn = _view_chain(src, prim, attrs, tuple(args[1:]))
                 if track and out.dtype.kind in "fc":
-                    t.grad_fn = PrimNode(prim, attrs, args, out, tuple(
-                        _edge_of(a) if isinstance(a, Tensor) else _NO_EDGE for a in args), vbox)
+                    t.grad_fn = PrimNode(prim, attrs, args, out, _edges(args), vbox)
                     t._requires_grad = True
                 return t
         if not track or out.dtype.kind not in "fc":
             return Tensor(out)
         vbox = [0]
-        node = PrimNode(prim, attrs, args, out, tuple(
-            _edge_of(a) if isinstance(a, Tensor) else _NO_EDGE for a in args), vbox)
+        node = PrimNode(prim, attrs, args, out, _edges(args), vbox)
         return Tensor(out, True, node, 0, vbox)
     outs = tuple(o if type(o) is _ndarray else xp.asarray(o) for o in out)
     src = args[0] if prim.view else None
@@ -993,8 +1019,7 @@ def eager_bind(prim, args, attrs):
         for t in res:
             t._base, t._view_fn = base, None
         if track:
-            node = PrimNode(prim, attrs, args, outs, tuple(
-                _edge_of(a) if isinstance(a, Tensor) else _NO_EDGE for a in args), vboxes)
+            node = PrimNode(prim, attrs, args, outs, _edges(args), vboxes)
             node.output_meta = [(o.shape, o.dtype) for o in outs]
             for i, t in enumerate(res):
                 if outs[i].dtype.kind in "fc":

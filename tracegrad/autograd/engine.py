@@ -112,12 +112,20 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False,
         inputs = _as_tuple(inputs)
         if len(inputs) == 0:
             raise RuntimeError("`inputs` argument to `backward()` cannot be empty.")
-    tensors = _as_tuple(tensors)
-    grad_tensors = [None] * len(tensors) if grad_tensors is None else list(_as_tuple(grad_tensors))
     if retain_graph is None:
         retain_graph = create_graph
-    _check_outputs(tensors, grad_tensors)
-    roots = _make_root_grads(tensors, grad_tensors, False)
+    if (grad_tensors is None and type(tensors) is Tensor and tensors._requires_grad
+            and tensors._data.size == 1 and tensors._data.dtype.kind == "f"
+            and type(tensors._data) is np.ndarray):
+        # the common case, loss.backward(): skip the general argument handling
+        tensors = (tensors,)
+        roots = [Tensor(np.ones(tensors[0]._data.shape, tensors[0]._data.dtype))]
+    else:
+        tensors = _as_tuple(tensors)
+        grad_tensors = ([None] * len(tensors) if grad_tensors is None
+                        else list(_as_tuple(grad_tensors)))
+        _check_outputs(tensors, grad_tensors)
+        roots = _make_root_grads(tensors, grad_tensors, False)
     if inputs is not None:
         _check_inputs(inputs)
     run(tensors, roots, retain_graph, create_graph, inputs, accumulate=True)
@@ -212,20 +220,20 @@ def _reachable(roots):
     stack = list(roots)
     seen = set(stack)
     while stack:
-        node = stack.pop()
-        for nf in node.next_functions:
+        for nf in stack.pop().next_functions:
             if nf is None:
                 continue
             nxt = nf[0]
             if nxt is None:
                 continue
-            if nxt in deps:
-                deps[nxt] += 1
-            else:
+            d = deps.get(nxt)
+            if d is None:
                 deps[nxt] = 1
                 if nxt not in seen:
                     seen.add(nxt)
                     stack.append(nxt)
+            else:
+                deps[nxt] = d + 1
     return deps
 
 
