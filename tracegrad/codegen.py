@@ -172,12 +172,13 @@ class Lowered:
                     raise NotImplementedError(
                         f"codegen: the primitive {op!r} has no NumPy emitter, so it cannot be "
                         f"compiled; use it in eager mode or add an emitter to its registry row")
-                for h in prim.helpers:
-                    module.helper(h)
                 if callable(prim.numpy):
                     e = prim.numpy(args, **d["attrs"])
                 else:
                     e = prim.numpy.format(*args, **{k: repr(x) for k, x in d["attrs"].items()})
+                for h in prim.helpers:
+                    if h + "(" in e:  # only the helpers this statement calls
+                        module.helper(h)
                 code = f"{var} = {e}"
                 ufunc = _ufunc_of(prim, len(ops))
                 shape = d.get("shape")

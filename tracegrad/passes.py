@@ -123,6 +123,124 @@ def _drop_explicit_broadcasts(g, v, d, ops):
     return changed
 
 
+def _scalar(g, v):
+    """The value of a scalar constant that cannot change a result's shape or
+    dtype when it multiplies (a Python number), else None."""
+    d = g.nodes[v]
+    if d["op"] != "const":
+        return None
+    val = d["value"]
+    if isinstance(val, (int, float)) and not isinstance(val, bool):
+        return val
+    # a one-element float64 array (a folded seed such as [100.]): callers
+    # only use it where the other operand already has the result's dtype
+    if isinstance(val, np.ndarray) and val.size == 1 and val.dtype == np.float64:
+        return float(val.reshape(()))
+    return None
+
+
+def _single_use(g, v):
+    return g.out_degree(v) == 1 and v not in g.graph["outputs"]
+
+
+def _scale(g, x, c, d):
+    """x * c as a new node (c a Python number), typed like d."""
+    k = add_node(g, "const", [], {}, (), np.float64, value=c)
+    return add_node(g, "mul", [x, k], {}, d["shape"], d["dtype"], d.get("loc"))
+
+
+def _collect_constants(g, v, d, op, ops):
+    """Products with Python-number factors: constants move outwards and
+    fold (2*(100*x) -> 200*x, x + x -> 2*x, -(c*x) -> -c*x), so the chains
+    the adjoint builds cost one multiply instead of several."""
+    if not np.issubdtype(d["dtype"], np.inexact):
+        return None
+    if op == "add" and ops[0] == ops[1]:
+        return _scale(g, ops[0], 2.0, d)
+    if op == "neg":
+        (a,) = ops
+        da = g.nodes[a]
+        if da["op"] == "mul" and _single_use(g, a):
+            x, y = ir.operands(g, a)
+            for p, q in ((x, y), (y, x)):
+                c = _scalar(g, q)
+                if c is not None and g.nodes[p]["dtype"] == d["dtype"] and \
+                        g.nodes[p]["shape"] == d["shape"]:
+                    return _scale(g, p, -c, d)
+    if op != "mul":
+        return None
+    for pos in (0, 1):
+        inner, other = ops[pos], ops[1 - pos]
+        if g.nodes[inner]["op"] == "neg" and _single_use(g, inner):
+            # (-x) * y -> -(x * y): the sign joins the other constants
+            x = ir.operands(g, inner)[0]
+            c = _scalar(g, other)
+            if c is not None and g.nodes[x]["dtype"] == d["dtype"] and \
+                    g.nodes[x]["shape"] == d["shape"]:
+                return _scale(g, x, -c, d)
+            if c is None:
+                prod = add_node(g, "mul", [x, other] if pos == 0 else [other, x], {},
+                                d["shape"], d["dtype"], d.get("loc"))
+                return add_node(g, "neg", [prod], {}, d["shape"], d["dtype"], d.get("loc"))
+    for pos in (0, 1):
+        c = _scalar(g, ops[1 - pos])
+        inner = ops[pos]
+        di = g.nodes[inner]
+        if c is None or di["op"] != "mul" or not _single_use(g, inner):
+            continue
+        a, b = ir.operands(g, inner)
+        for p, q in ((a, b), (b, a)):
+            c2 = _scalar(g, q)
+            if c2 is not None and g.nodes[p]["dtype"] == d["dtype"] and \
+                    g.nodes[p]["shape"] == d["shape"]:
+                return _scale(g, p, c * c2, d)
+    # (x * c) * y -> (x * y) * c, so constants meet and fold further up
+    for pos in (0, 1):
+        inner, other = ops[pos], ops[1 - pos]
+        di = g.nodes[inner]
+        if _scalar(g, other) is not None or di["op"] != "mul" or not _single_use(g, inner):
+            continue
+        a, b = ir.operands(g, inner)
+        for p, q in ((a, b), (b, a)):
+            c = _scalar(g, q)
+            if c is None:
+                continue
+            dp, do = g.nodes[p], g.nodes[other]
+            try:
+                shape = tuple(np.broadcast_shapes(dp["shape"], do["shape"]))
+            except ValueError:
+                continue
+            dtype = np.result_type(dp["dtype"], do["dtype"])
+            if shape != d["shape"] or dtype != d["dtype"]:
+                continue
+            prod = add_node(g, "mul", [p, other], {}, shape, dtype, d.get("loc"))
+            return _scale(g, prod, c, d)
+    return None
+
+
+def _push_scalar_through_broadcast(g, v, d, op, ops):
+    """f(broadcast_to(x), scalars...) -> broadcast_to(f(x, scalars...)): the
+    elementwise work happens on the small array and the broadcast stays lazy."""
+    prim = primitives.REGISTRY.get(op)
+    if prim is None or not prim.elementwise or prim.nondiff:
+        return None
+    bpos = [i for i, u in enumerate(ops) if g.nodes[u]["op"] == "broadcast_to"]
+    if len(bpos) != 1:
+        return None
+    others = [u for i, u in enumerate(ops) if i != bpos[0]]
+    if not all(_scalar(g, u) is not None for u in others):
+        return None
+    src = ir.operands(g, ops[bpos[0]])[0]
+    avals = [ir.aval(g, src) if i == bpos[0] else ir.aval(g, u) for i, u in enumerate(ops)]
+    small = (prim.shape)(*avals, **d["attrs"])
+    if np.dtype(small.dtype) != d["dtype"]:
+        return None
+    new_ops = [src if i == bpos[0] else u for i, u in enumerate(ops)]
+    inner = add_node(g, op, new_ops, d["attrs"], small.shape, small.dtype, d.get("loc"))
+    return add_node(g, "broadcast_to", [inner], {"shape": d["shape"]}, d["shape"], d["dtype"],
+                    d.get("loc"))
+
+
 def _simplify_node(g, v):
     """One algebraic rewrite at v; returns the node that replaces v, or None."""
     d = g.nodes[v]
@@ -132,6 +250,10 @@ def _simplify_node(g, v):
     if prim is not None and prim.elementwise and len(ops) > 1 and \
             _drop_explicit_broadcasts(g, v, d, ops):
         ops = ir.operands(g, v)
+    for rule in (_push_scalar_through_broadcast, _collect_constants):
+        new = rule(g, v, d, op, ops)
+        if new is not None:
+            return new
     if op == "matmul" and g.nodes[ops[0]]["op"] == "basis" and \
             len(g.nodes[ops[0]]["shape"]) == 2 and _same_type(g, ops[1], v):
         return ops[1]  # identity @ M

@@ -41,6 +41,14 @@ def _index_add(g, shape, idx, xp=np):
     return flat.reshape(shape)
 
 
+def _index_set(g, shape, idx, xp=np):
+    """A zero array of ``shape`` holding ``g`` at the basic index ``[idx]``
+    (slices, integers, None, Ellipsis: each position at most once)."""
+    out = xp.zeros(shape, g.dtype)
+    out[idx] = g
+    return out
+
+
 def _setitem(x, idx, v):
     """A copy of ``x`` with ``[idx]`` set to ``v`` (out-of-place assignment)."""
     y = x.copy()

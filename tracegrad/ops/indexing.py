@@ -132,8 +132,10 @@ index_add_p = register(
     jvp=(lambda t, out, v, *arrays, index, shape:
          bind(index_add_p, t, *arrays, index=index, shape=shape),),
     numpy=lambda names, index, shape:
-        f"_index_add({names[0]}, {tuple(shape)!r}, {_index_text(index, names[1:], False)})",
-    helpers=("_index_add",))
+        # basic indices select each position once: a plain assignment does
+        f"_index_{'add' if any(it[0] == 'a' for it in index) else 'set'}({names[0]}, "
+        f"{tuple(shape)!r}, {_index_text(index, names[1:], False)})",
+    helpers=("_index_add", "_index_set"))
 
 
 def _setitem_jvp(ts, out, x, v, *arrays, index):
