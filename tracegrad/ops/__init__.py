@@ -2,26 +2,25 @@
 
 The op modules register their rows in the one registry
 (``tracegrad.primitives.REGISTRY``) and attach their functions as Tensor
-methods and NumPy overrides.
+methods and NumPy overrides.  ``tracegrad`` re-exports the names in
+``__all__`` (``tg.exp``, ``tg.sum``, ``tg.linalg.inv``...).
 """
 import sys as _sys
+import types as _types
 
-from tracegrad.ops.base import *  # noqa: F401,F403
-from tracegrad.ops.base import (unbroadcast, stop_gradient, astype, clone, zeros_like_value,
-                                swapaxes, permute, mm, where, sum, reshape, broadcast_to,
-                                transpose, matmul, pow, div, sub, mul, add, neg)
+from tracegrad.ops import (_define, base, elementwise, reductions, shape, indexing, linalg, nn,
+                           custom, devices)
 
-for _name in ("elementwise", "reductions", "shape", "indexing", "linalg", "nn", "custom",
-              "devices"):
-    try:
-        _mod = __import__(f"tracegrad.ops.{_name}", fromlist=["*"])
-    except ModuleNotFoundError as _e:  # module not written yet
-        if _e.name != f"tracegrad.ops.{_name}":
-            raise
-        continue
-    for _k in getattr(_mod, "__all__", [k for k in dir(_mod) if not k.startswith("_")]):
+__all__ = ["linalg"]
+for _mod in (base, elementwise, reductions, shape, indexing, linalg, nn, custom, devices):
+    _names = getattr(_mod, "__all__", None)
+    if _names is None:  # base: the functions it defines, not what it imports
+        _names = [k for k, v in vars(_mod).items() if not k.startswith("_")
+                  and callable(v) and not isinstance(v, (type, _types.ModuleType))
+                  and getattr(v, "__module__", "").startswith("tracegrad.ops")]
+    for _k in _names:
         globals()[_k] = getattr(_mod, _k)
+        if _k not in __all__:
+            __all__.append(_k)
 
-from tracegrad.ops import _define as _define_mod  # noqa: E402
-
-_define_mod._ops = _sys.modules[__name__]
+_define._ops = _sys.modules[__name__]
