@@ -128,17 +128,19 @@ def get(name) -> Primitive:
 
 
 # --- dispatch ---------------------------------------------------------------
-# The trace module installs its binder here on import; values that are
-# tracers carry ``_trace``.  Keeping the test to an attribute lookup keeps the
-# eager path cheap.
+# The trace module installs its binder and its value type here on import;
+# until then no tracer can exist, and the eager path tests nothing.
 _eager_bind: Callable = None  # set by tracegrad.tensor
 _trace_bind: Callable = None  # set by tracegrad.trace
+_tracer_type = None           # set by tracegrad.trace
 
 
 def bind(prim: Primitive, *args, **attrs):
-    for a in args:
-        if hasattr(a, "_trace"):
-            return _trace_bind(prim, args, attrs)
+    tracer = _tracer_type
+    if tracer is not None:
+        for a in args:
+            if type(a) is tracer:
+                return _trace_bind(prim, args, attrs)
     return _eager_bind(prim, args, attrs)
 
 

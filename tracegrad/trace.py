@@ -329,6 +329,7 @@ def _trace_bind(prim, args, attrs):
 
 
 primitives._trace_bind = _trace_bind
+primitives._tracer_type = Tracer
 
 
 def _install_function_tracing():

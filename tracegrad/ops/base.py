@@ -47,7 +47,7 @@ def shape_by_eval(impl):
 
 def is_value(x):
     """A tracegrad value (Tensor or tracer), as opposed to a constant."""
-    return hasattr(x, "_trace") or hasattr(x, "grad_fn")
+    return hasattr(x, "grad_fn") or hasattr(x, "_trace")
 
 
 def shape_of(x):
@@ -199,7 +199,8 @@ reciprocal_p = def_elementwise(
 
 
 def _pow_dx(out, x, y):
-    if not is_value(y) and np.ndim(y) == 0:
+    ty = type(y)
+    if ty is float or ty is int or (not is_value(y) and np.ndim(y) == 0):
         if y == 2:
             return mul(x, 2.0)
         if y == 0:
@@ -311,8 +312,14 @@ def expand_reduced(g, shape, axis, keepdims):
     return broadcast_to(g, shape)
 
 
+def _sum_impl(xp, x, axis, keepdims):
+    if xp is np:  # the ufunc reduction skips np.sum's Python-level dispatch
+        return np.add.reduce(x, axis=axis, keepdims=keepdims)
+    return xp.sum(x, axis=axis, keepdims=keepdims)
+
+
 sum_p = register(
-    "sum", lambda xp, x, axis, keepdims: xp.sum(x, axis=axis, keepdims=keepdims),
+    "sum", _sum_impl,
     shape=lambda x, axis, keepdims: Aval(
         _reduced_shape(x.shape, axis, keepdims),
         np.sum(np.zeros((), x.dtype)).dtype if x.dtype.kind in "biu" else x.dtype),
@@ -481,7 +488,10 @@ def reciprocal(x, **kw):
 @method("pow")
 @implements(np.power)
 def pow(x, y, **kw):
-    if not is_value(y) and np.ndim(y) == 0 and not is_value(x) and np.ndim(x) == 0:
+    tx, ty = type(x), type(y)
+    if (tx is float or tx is int) and (ty is float or ty is int):
+        return x ** y
+    if not is_value(x) and not is_value(y) and np.ndim(y) == 0 and np.ndim(x) == 0:
         return x ** y
     return bind(pow_p, x, y)
 
@@ -619,6 +629,9 @@ def _np_size(a, axis=None):
 @method("sum")
 @implements(np.sum)
 def sum(x, axis=None, keepdims=False, dim=None, keepdim=None, dtype=None, out=None, **kw):
+    if axis is None and dim is None and dtype is None and not keepdims and not keepdim \
+            and is_value(x):  # the common full reduction
+        return bind(sum_p, x, axis=tuple(range(len(x.shape))), keepdims=False)
     axis = axis_arg(axis, dim)
     keepdims = bool(keepdim) if keepdim is not None else bool(keepdims)
     if dtype is not None:
@@ -757,3 +770,21 @@ def mm(a, b):
     if len(shape_of(a)) != 2 or len(shape_of(b)) != 2:
         raise RuntimeError("mm: both arguments must be 2-D matrices")
     return matmul(a, b)
+
+
+# The arithmetic operators of Tensors and tracers bind their primitives
+# directly: they are the hottest calls of eager mode.
+def _install_operators():
+    from tracegrad.ops._define import ArrayMethods
+    for name, prim, swap in (("__add__", add_p, False), ("__radd__", add_p, True),
+                             ("__sub__", sub_p, False), ("__rsub__", sub_p, True),
+                             ("__mul__", mul_p, False), ("__rmul__", mul_p, True),
+                             ("__truediv__", div_p, False), ("__rtruediv__", div_p, True)):
+        if swap:
+            setattr(ArrayMethods, name, lambda self, o, _p=prim: bind(_p, o, self))
+        else:
+            setattr(ArrayMethods, name, lambda self, o, _p=prim: bind(_p, self, o))
+    ArrayMethods.__neg__ = lambda self: bind(neg_p, self)
+
+
+_install_operators()

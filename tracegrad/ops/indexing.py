@@ -166,6 +166,12 @@ nonzero_p = register(
 def getitem(x, idx):
     """``x[idx]`` for any NumPy index; repeated integer indices add their
     gradients."""
+    t = type(idx)
+    if t is slice:     # the common x[a:b]: no general parsing
+        return bind(getitem_p, x, index=(("s", _bound(idx.start), _bound(idx.stop),
+                                           _bound(idx.step)),))
+    if t is int:
+        return bind(getitem_p, x, index=(("i", idx),))
     spec, arrays = parse_index(idx)
     return bind(getitem_p, x, *arrays, index=spec)
 
