@@ -859,34 +859,55 @@ class PrimNode(Node):
                     self._in_modified(a, v)
                 inputs.append(a.unpack() if type(a) is _Packed else a)
             metas = self.in_meta or inputs
-        out = self._out(create_graph) if self.out_saved is not None else None
-        g = grad_outputs[0] if self._nout == 1 and prim.n_out == 1 else tuple(grad_outputs)
+        if create_graph:
+            out = self._out(True) if self.out_saved is not None else None
+            g = grad_outputs[0] if self._nout == 1 and prim.n_out == 1 else tuple(grad_outputs)
+        else:
+            # Nothing is recorded: the rule runs on the plain arrays ("raw
+            # mode", where ops on arrays return arrays), skipping all Tensor
+            # bookkeeping; only the results are wrapped.
+            if self.out_saved is not None:
+                self._out(False)  # the in-place check of a saved output
+            out = self.out_saved
+            g = [None if x is None else x._data for x in grad_outputs]
+            g = g[0] if self._nout == 1 and prim.n_out == 1 else tuple(g)
+            if saved is not None:
+                inputs = [a._data if type(a) is Tensor else a for a in inputs]
+                if metas is not self.in_meta:
+                    metas = inputs
         rule = prim.vjp
         attrs = self.attrs
         nfs = self.next_functions
-        if type(rule) is not tuple:
-            if rule is None:
-                return vjp_apply(prim, attrs, g, out, inputs, metas, [])  # raises
-            cts = list(rule(g, out, *inputs, **attrs))
-        else:
-            cts = [None] * len(nfs)
-            nr = len(rule)
-            for i, nf in enumerate(nfs):
-                if nf[0] is None or i >= nr or (needs is not None and not needs[i]):
+        raw_before = _mode.raw
+        _mode.raw = not create_graph
+        try:
+            if type(rule) is not tuple:
+                if rule is None:
+                    return vjp_apply(prim, attrs, g, out, inputs, metas, [])  # raises
+                cts = list(rule(g, out, *inputs, **attrs))
+            else:
+                cts = [None] * len(nfs)
+                nr = len(rule)
+                for i, nf in enumerate(nfs):
+                    if nf[0] is None or i >= nr or (needs is not None and not needs[i]):
+                        continue
+                    r = rule[i]
+                    if r is not None:
+                        cts[i] = r(g, out, *inputs, **attrs)
+            for i, ct in enumerate(cts):
+                if ct is None:
                     continue
-                r = rule[i]
-                if r is not None:
-                    cts[i] = r(g, out, *inputs, **attrs)
-        for i, ct in enumerate(cts):
-            if ct is None:
-                continue
-            if nfs[i][0] is None or (needs is not None and not needs[i]):
-                cts[i] = None
-                continue
-            m = metas[i]
-            if ct.shape != m.shape or ct.dtype != m.dtype:
-                from tracegrad.ops.base import unbroadcast
-                cts[i] = unbroadcast(ct, tuple(m.shape), m.dtype)
+                if nfs[i][0] is None or (needs is not None and not needs[i]):
+                    cts[i] = None
+                    continue
+                m = metas[i]
+                if ct.shape != m.shape or ct.dtype != m.dtype:
+                    from tracegrad.ops.base import unbroadcast
+                    ct = cts[i] = unbroadcast(ct, tuple(m.shape), m.dtype)
+                if not create_graph and type(ct) is not Tensor:
+                    cts[i] = Tensor(ct if type(ct) is _ndarray else _asarray_like(ct))
+        finally:
+            _mode.raw = raw_before
         return cts
 
     def _in_modified(self, a, v):
@@ -952,7 +973,32 @@ def _view_chain(src, prim, attrs, rest):
     return src, ((prim, attrs, rest),)
 
 
+def _asarray_like(x):
+    if isinstance(x, Tensor):
+        return x._data
+    return primitives.array_module(x).asarray(x)
+
+
 def eager_bind(prim, args, attrs):
+    if _mode.raw:
+        # a vjp rule inside a backward without create_graph: plain arrays in,
+        # plain arrays out (a Tensor operand takes the full path below)
+        xp = np
+        for a in args:
+            t = type(a)
+            if t is Tensor:
+                break
+            if t is not _ndarray and t is not float and t is not int and \
+                    t.__module__.startswith("cupy"):
+                xp = primitives.array_module(a)
+        else:
+            prof = _prof_state.current
+            if prof is None:
+                return prim.impl(xp, *args, **attrs)
+            ev = prof._begin(prim.name, "op", args)
+            out = prim.impl(xp, *args, **attrs)
+            prof._end(ev)
+            return out
     arrays = []
     needs_grad = False
     xp = np

@@ -18,6 +18,10 @@ class _State(threading.local):
     inference = False
     anomaly = False
     anomaly_check_nan = True
+    # True while a backward without create_graph runs a vjp rule: the rule
+    # then computes on plain arrays and ops on arrays return arrays, with no
+    # Tensor wrapping (see tensor.PrimNode._apply)
+    raw = False
 
 
 state = _State()

@@ -65,9 +65,9 @@ def unbroadcast(ct, shape, dtype=None):
         axes = tuple(range(lead)) + tuple(
             lead + i for i, d in enumerate(shape) if d == 1 and cshape[lead + i] != 1)
         if axes:
-            ct = sum(ct, axis=axes, keepdims=True)
+            ct = bind(sum_p, ct, axis=axes, keepdims=True)
         if tuple(ct.shape) != shape:
-            ct = reshape(ct, shape)
+            ct = bind(reshape_p, ct, shape=shape)
     if dtype is not None and ct.dtype != dtype and np.issubdtype(dtype, np.inexact):
         ct = astype(ct, dtype)
     return ct
@@ -306,10 +306,13 @@ def _reduced_shape(shape, axis, keepdims):
 
 
 def expand_reduced(g, shape, axis, keepdims):
-    """Broadcast a reduction's cotangent back to the input shape."""
-    if not keepdims:
-        g = reshape(g, _reduced_shape(shape, axis, True))
-    return broadcast_to(g, shape)
+    """Broadcast a reduction's cotangent back to the input shape.  (Binds the
+    primitives directly: the shapes are known to be valid, and this runs in
+    every backward of a reduction.)"""
+    shape = tuple(shape)
+    if not keepdims and len(g.shape):  # a 0-d cotangent broadcasts as it is
+        g = bind(reshape_p, g, shape=_reduced_shape(shape, axis, True))
+    return bind(broadcast_to_p, g, shape=shape)
 
 
 def _sum_impl(xp, x, axis, keepdims):
@@ -336,8 +339,20 @@ reshape_p = register(
     vjp=(lambda g, out, x, shape: reshape(g, x.shape),),
     jvp=(lambda t, out, x, shape: reshape(t, shape),),
     numpy="np.reshape({0}, {shape})", save_inputs=False, view=True)
+def _broadcast_to_batch(vals, flags, B, shape):
+    """Broadcasting aligns trailing axes, so a batched operand of lower rank
+    first gets its missing axes after the batch axis."""
+    (x,), (fx,) = vals, flags
+    if not fx:
+        return NotImplemented
+    logical = tuple(x.shape[1:])
+    if len(logical) < len(shape):
+        x = bind(reshape_p, x, shape=(B,) + (1,) * (len(shape) - len(logical)) + logical)
+    return bind(broadcast_to_p, x, shape=(B,) + tuple(shape))
+
+
 broadcast_to_p = register(
-    "broadcast_to", lambda xp, x, shape: xp.broadcast_to(x, shape),
+    "broadcast_to", lambda xp, x, shape: xp.broadcast_to(x, shape), batch=_broadcast_to_batch,
     shape=lambda x, shape: Aval(shape, x.dtype),
     vjp=(lambda g, out, x, shape: g,),  # unbroadcast sums it back
     jvp=(lambda t, out, x, shape: broadcast_to(t, shape),),

@@ -122,6 +122,8 @@ getitem_p = register(
 
 
 def _index_add_impl(xp, g, *arrays, index, shape):
+    if not arrays:  # a basic index: each position once, a plain assignment
+        return _rt._index_set(g, shape, build_index(index, arrays), xp=xp)
     return _rt._index_add(g, shape, build_index(index, arrays), xp=xp)
 
 
