@@ -241,15 +241,50 @@ def _push_scalar_through_broadcast(g, v, d, op, ops):
                     d.get("loc"))
 
 
+def _uniform_constants_to_scalars(g, v, d, ops):
+    """An elementwise operand that is a constant array of one repeated value
+    (a folded seed such as a vector of 0.5) becomes that Python number when
+    the other operands already give the result's shape and dtype, so
+    constant collection can fold it and no array is embedded."""
+    changed = False
+    for pos, u in enumerate(ops):
+        du = g.nodes[u]
+        val = du.get("value")
+        if du["op"] != "const" or not isinstance(val, np.ndarray) or val.size < 2 \
+                or val.dtype != d["dtype"] or val.dtype.kind != "f":
+            continue
+        first = val.reshape(-1)[0]
+        if not np.all(val == first):
+            continue
+        others = [w for j, w in enumerate(ops) if j != pos]
+        try:
+            shape = tuple(np.broadcast_shapes(*[g.nodes[w].get("shape") or () for w in others]))
+        except ValueError:
+            continue
+        if shape != d["shape"] or any(g.nodes[w]["dtype"] != d["dtype"] for w in others
+                                      if g.nodes[w]["op"] != "const"):
+            continue
+        k = add_node(g, "const", [], {}, (), np.float64, value=float(first))
+        for _, _, key, dd in list(g.in_edges(v, keys=True, data=True)):
+            if dd["pos"] == pos:
+                g.remove_edge(u, v, key=key)
+        g.add_edge(k, v, key=pos, pos=pos)
+        ops[pos] = k
+        changed = True
+    return changed
+
+
 def _simplify_node(g, v):
     """One algebraic rewrite at v; returns the node that replaces v, or None."""
     d = g.nodes[v]
     op = d["op"]
     ops = ir.operands(g, v)
     prim = primitives.REGISTRY.get(op)
-    if prim is not None and prim.elementwise and len(ops) > 1 and \
-            _drop_explicit_broadcasts(g, v, d, ops):
+    if prim is not None and prim.elementwise and len(ops) > 1:
+        _drop_explicit_broadcasts(g, v, d, ops)
         ops = ir.operands(g, v)
+        if any(g.nodes[w]["op"] != "const" for w in ops):
+            _uniform_constants_to_scalars(g, v, d, ops)
     for rule in (_push_scalar_through_broadcast, _collect_constants):
         new = rule(g, v, d, op, ops)
         if new is not None:
