@@ -134,6 +134,7 @@ class Lowered:
         never_dies = set(outputs) | set(g.graph["inputs"])
         # values whose memory someone else may alias: never reused
         aliased = set()
+        views = set()   # results that are views of another value: nothing to free
         for v in order:
             d = g.nodes[v]
             if d["op"] in ("const", "proj"):
@@ -142,7 +143,9 @@ class Lowered:
                 continue
             if _aliases(primitives.get(d["op"])):
                 aliased.update(ir.operands(g, v))
+                views.add(v)
         owned = set()   # fresh ufunc results: ours to overwrite once dead
+        handed_on = set()  # values whose buffer a later value took over
         pool = {}       # (shape, dtype) -> [var] dead owned buffers
         prev_src = None
 
@@ -185,12 +188,15 @@ class Lowered:
                 if ufunc and shape and d.get("avals") is None:
                     key = (shape, str(d["dtype"]))
                     buf = None
-                    for u in ops:
+                    # writing into an operand is for elementwise ufuncs only
+                    # (a matmul reading its own output buffer would need a copy)
+                    for u in (ops if prim.elementwise else ()):
                         if (u in owned and last_use.get(u) == i and u not in never_dies
                                 and u not in aliased
                                 and (g.nodes[u]["shape"], str(g.nodes[u]["dtype"])) == key):
                             buf = names[u]
                             owned.discard(u)
+                            handed_on.add(u)  # its buffer lives on as this value
                             break
                     if buf is None and pool.get(key):
                         buf = pool[key].pop()
@@ -211,7 +217,8 @@ class Lowered:
                     owned.discard(u)
                     key = (g.nodes[u]["shape"], str(g.nodes[u]["dtype"]))
                     pool.setdefault(key, []).append(names[u])
-                elif u not in aliased and g.nodes[u].get("shape") is not None and \
+                elif u not in aliased and u not in handed_on and u not in views and \
+                        g.nodes[u].get("shape") is not None and \
                         int(np.prod(g.nodes[u]["shape"])) >= DEL_MIN_ELEMENTS:
                     self.body.append({"code": f"del {names[u]}", "comment": "dead: free its memory",
                                       "source": None})
