@@ -866,11 +866,18 @@ class PrimNode(Node):
             # Nothing is recorded: the rule runs on the plain arrays ("raw
             # mode", where ops on arrays return arrays), skipping all Tensor
             # bookkeeping; only the results are wrapped.
-            if self.out_saved is not None:
-                self._out(False)  # the in-place check of a saved output
             out = self.out_saved
-            g = [None if x is None else x._data for x in grad_outputs]
-            g = g[0] if self._nout == 1 and prim.n_out == 1 else tuple(g)
+            if out is not None:  # the in-place check of a saved output
+                vb = self.out_vbox
+                if type(vb) is list:
+                    if vb[0] != self.out_ver:
+                        self._out_modified(0, out, vb[0], self.out_ver)
+                elif vb is not None:
+                    self._out(False)
+            if self._nout == 1 and prim.n_out == 1:
+                g = grad_outputs[0]._data
+            else:
+                g = tuple(None if x is None else x._data for x in grad_outputs)
             if saved is not None:
                 inputs = [a._data if type(a) is Tensor else a for a in inputs]
                 if metas is not self.in_meta:
@@ -999,6 +1006,49 @@ def eager_bind(prim, args, attrs):
             out = prim.impl(xp, *args, **attrs)
             prof._end(ev)
             return out
+    if prim.n_out == 1 and not prim.view and _prof_state.current is None:
+        # The common case in one pass: a single-output primitive on CPU
+        # Tensors and numbers, no profiler.  Anything else (CuPy data, lists,
+        # views) takes the general path below.
+        arrays = []
+        edges = []
+        needs_grad = False
+        for a in args:
+            ta = type(a)
+            if ta is Tensor:
+                d = a._data
+                if type(d) is not _ndarray:
+                    break
+                arrays.append(d)
+                if a._requires_grad:
+                    needs_grad = True
+                    fn = a.grad_fn
+                    if fn is not None:
+                        edges.append((fn, a._output_nr))
+                    else:
+                        acc = a._accum
+                        if acc is None:
+                            acc = a._accum = AccumulateGrad(a)
+                        edges.append((acc, 0))
+                else:
+                    edges.append(_NO_EDGE)
+            elif ta is float or ta is int or ta is _ndarray or ta is bool:
+                arrays.append(a)
+                edges.append(_NO_EDGE)
+            else:
+                break
+        else:
+            try:
+                out = prim.impl(np, *arrays, **attrs)
+            except (ValueError, TypeError) as e:
+                raise type(e)(f"{e} (in tracegrad op '{prim.name}')") from e
+            if type(out) is not _ndarray:
+                out = np.asarray(out)
+            if needs_grad and _mode.grad_enabled and not prim.nondiff and out.dtype.kind in "fc":
+                vbox = [0]
+                return Tensor(out, True, PrimNode(prim, attrs, args, out, tuple(edges), vbox),
+                              0, vbox)
+            return Tensor(out)
     arrays = []
     needs_grad = False
     xp = np
