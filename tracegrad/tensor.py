@@ -1043,7 +1043,9 @@ def eager_bind(prim, args, attrs):
             except (ValueError, TypeError) as e:
                 raise type(e)(f"{e} (in tracegrad op '{prim.name}')") from e
             if type(out) is not _ndarray:
-                out = np.asarray(out)
+                # a NumPy scalar becomes a 0-d array; a CuPy result (to_device)
+                # stays on its device
+                out = primitives.array_module(out).asarray(out)
             if needs_grad and _mode.grad_enabled and not prim.nondiff and out.dtype.kind in "fc":
                 vbox = [0]
                 return Tensor(out, True, PrimNode(prim, attrs, args, out, tuple(edges), vbox),
