@@ -408,7 +408,12 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
                 if g is not None:
                     idx = nf[1]
                     cur = buf[idx]
-                    buf[idx] = g if cur is None else cur + g
+                    if cur is None:
+                        buf[idx] = g
+                    elif create_graph:
+                        buf[idx] = cur + g
+                    else:  # nothing to record: add the arrays
+                        buf[idx] = Tensor(cur._data + g._data)
                 d = deps[nxt] - 1
                 deps[nxt] = d
                 if d == 0:
