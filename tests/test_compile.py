@@ -530,3 +530,14 @@ def test_numpy_like_constructors_trace():
     np.testing.assert_allclose(f(np.ones(2)), [3.0, 3.0])
     with pytest.raises(tg.TraceError, match="drop the conversion"):
         tg.compile(lambda x: np.asarray(x) * 2)(np.ones(2))
+
+
+def test_jacobian_of_diagonal_seed_avoids_the_cubic_product():
+    """diag(w) @ W is rewritten to w[:, None] * W: no matmul on the seed."""
+    f = lambda x, W: np.tanh(W @ x) * x  # noqa: E731
+    x, W = rng.standard_normal(6), rng.standard_normal((6, 6))
+    low = tg.jacobian(f).lower(x, W)
+    assert [low.graph.nodes[v]["op"] for v in low.graph].count("matmul") == 1  # W @ x only
+    eps = 1e-6
+    Jfd = np.stack([(f(x + eps * e, W) - f(x - eps * e, W)) / (2 * eps) for e in np.eye(6)], axis=1)
+    np.testing.assert_allclose(tg.jacobian(f)(x, W), Jfd, rtol=1e-6, atol=1e-8)

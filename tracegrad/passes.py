@@ -274,6 +274,47 @@ def _uniform_constants_to_scalars(g, v, d, ops):
     return changed
 
 
+def _diagonal_factors(g, u, n, depth=0):
+    """If u is diag(f1 * f2 * ...) -- the identity (basis) times vectors of
+    length n along its last axis or scalars -- the factor nodes, else None."""
+    du = g.nodes[u]
+    if du["op"] == "basis" and du["shape"] == (n, n):
+        return []
+    if du["op"] != "mul" or du.get("shape") != (n, n) or depth > 8:
+        return None
+    a, b = ir.operands(g, u)
+    for p, q in ((a, b), (b, a)):
+        if g.nodes[q].get("shape") in ((n,), (), (1,)):
+            inner = _diagonal_factors(g, p, n, depth + 1)
+            if inner is not None:
+                return inner + [q]
+    return None
+
+
+def _diagonal_matmul(g, v, d, ops):
+    """diag(w) @ M -> w[:, None] * M: the Jacobian seeds the adjoint builds
+    are diagonal matrices, and this turns an O(n^3) product into O(n^2)."""
+    a, m = ops
+    da, dm = g.nodes[a], g.nodes[m]
+    if da.get("shape") is None or len(da["shape"]) != 2 or da["shape"][0] != da["shape"][1]:
+        return None
+    n = da["shape"][0]
+    factors = _diagonal_factors(g, a, n)
+    if not factors or dm.get("shape") is None or len(dm["shape"]) != 2 or dm["shape"][0] != n:
+        return None
+    if np.result_type(da["dtype"], dm["dtype"]) != d["dtype"]:
+        return None
+    w = factors[0]
+    for f in factors[1:]:
+        w = add_node(g, "mul", [w, f], {},
+                     tuple(np.broadcast_shapes(g.nodes[w]["shape"], g.nodes[f]["shape"])),
+                     np.result_type(g.nodes[w]["dtype"], g.nodes[f]["dtype"]), d.get("loc"))
+    dw = g.nodes[w]
+    if dw["shape"] == (n,):
+        w = add_node(g, "reshape", [w], {"shape": (n, 1)}, (n, 1), dw["dtype"], d.get("loc"))
+    return add_node(g, "mul", [w, m], {}, d["shape"], d["dtype"], d.get("loc"))
+
+
 def _simplify_node(g, v):
     """One algebraic rewrite at v; returns the node that replaces v, or None."""
     d = g.nodes[v]
@@ -292,6 +333,10 @@ def _simplify_node(g, v):
     if op == "matmul" and g.nodes[ops[0]]["op"] == "basis" and \
             len(g.nodes[ops[0]]["shape"]) == 2 and _same_type(g, ops[1], v):
         return ops[1]  # identity @ M
+    if op == "matmul":
+        new = _diagonal_matmul(g, v, d, ops)
+        if new is not None:
+            return new
     if op == "pow" and _is_scalar_const(g, ops[1], 2) and _same_type(g, ops[0], v):
         # x ** 2 -> x * x: one multiply instead of a pow
         return add_node(g, "mul", [ops[0], ops[0]], {}, d["shape"], d["dtype"], d.get("loc"))
