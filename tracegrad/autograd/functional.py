@@ -167,6 +167,25 @@ def _validate_v(v, outputs, name, fn_name):
     return v
 
 
+def _input_shaped_v(v, inputs, fn_name):
+    """``v`` for jvp/vhp/hvp: one Tensor per input, of its shape (None only
+    for a single one-element input)."""
+    if v is None:
+        if len(inputs) != 1 or int(np.prod(inputs[0].shape)) != 1:
+            raise RuntimeError("The vector v can only be None if the input to the user-provided "
+                               "function is a single Tensor with a single element.")
+        return (Tensor(np.ones(inputs[0].shape, inputs[0].dtype)),)
+    _, v = _as_tuple(v, "v", fn_name)
+    if len(v) != len(inputs):
+        raise RuntimeError(f"v is a tuple of invalid length: should be {len(inputs)} but got "
+                           f"{len(v)}.")
+    for i, (a, x) in enumerate(zip(v, inputs)):
+        if tuple(a.shape) != tuple(x.shape):
+            raise RuntimeError(f"Entry {i} in v has invalid size: should be {list(x.shape)} but "
+                               f"got {list(a.shape)}.")
+    return v
+
+
 def _out_avals(trace):
     from tracegrad.primitives import Aval
     res = []
@@ -247,20 +266,7 @@ def vjp(func, inputs, v=None, create_graph=False, strict=False):
 def jvp(func, inputs, v=None, create_graph=False, strict=False):
     """(func(inputs), J v) by the forward-mode pass (see torch.autograd.functional.jvp)."""
     tuple_in, inputs = _as_tuple(inputs, "inputs", "jvp")
-    if v is None:
-        if len(inputs) != 1 or int(np.prod(inputs[0].shape)) != 1:
-            raise RuntimeError("The vector v can only be None if the input to the user-provided "
-                               "function is a single Tensor with a single element.")
-        v = (Tensor(np.ones(inputs[0].shape, inputs[0].dtype)),)
-    else:
-        _, v = _as_tuple(v, "v", "jvp")
-        if len(v) != len(inputs):
-            raise RuntimeError(f"v is a tuple of invalid length: should be {len(inputs)} but got "
-                               f"{len(v)}.")
-        for i, (a, x) in enumerate(zip(v, inputs)):
-            if tuple(a.shape) != tuple(x.shape):
-                raise RuntimeError(f"Entry {i} in v has invalid size: should be {list(x.shape)} "
-                                   f"but got {list(a.shape)}.")
+    v = _input_shaped_v(v, inputs, "jvp")
     prep = _prepare(func, inputs, "jvp", strict)
     if prep is None:
         return _eager_jvp(func, inputs, v, create_graph)
@@ -280,19 +286,7 @@ def _scalar_check(trace, fn_name):
 
 def _hessian_product(func, inputs, v, create_graph, strict, what):
     tuple_in, inputs = _as_tuple(inputs, "inputs", what)
-    _, v = _as_tuple(v, "v", what) if v is not None else (None, None)
-    if v is None:
-        if len(inputs) != 1 or int(np.prod(inputs[0].shape)) != 1:
-            raise RuntimeError("The vector v can only be None if the input to the user-provided "
-                               "function is a single Tensor with a single element.")
-        v = (Tensor(np.ones(inputs[0].shape, inputs[0].dtype)),)
-    if len(v) != len(inputs):
-        raise RuntimeError(f"v is a tuple of invalid length: should be {len(inputs)} but got "
-                           f"{len(v)}.")
-    for i, (a, x) in enumerate(zip(v, inputs)):
-        if tuple(a.shape) != tuple(x.shape):
-            raise RuntimeError(f"Entry {i} in v has invalid size: should be {list(x.shape)} but "
-                               f"got {list(a.shape)}.")
+    v = _input_shaped_v(v, inputs, what)
     prep = _prepare(func, inputs, what, strict)
     if prep is None:
         return _eager_hessian_product(func, inputs, v, tuple_in, create_graph, what)
