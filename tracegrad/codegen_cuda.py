@@ -397,17 +397,18 @@ class Function:
                 code = f"{var} = {args[0]}[{d['attrs']['index']}]"
             else:
                 prim = primitives.get(op)
-                if prim.numpy is None:
+                emit = prim.cupy or prim.numpy
+                if emit is None:
                     raise NotImplementedError(
                         f"codegen (CUDA): the primitive {op!r} has neither a CUDA expression "
                         f"for a kernel nor a NumPy emitter for a CuPy call, so it cannot be "
                         f"compiled; use it in eager mode or add an emitter to its registry row")
                 for h in prim.helpers:
                     module.helper(h)
-                if callable(prim.numpy):
-                    e = prim.numpy(args, **d["attrs"])
+                if callable(emit):
+                    e = emit(args, **d["attrs"])
                 else:
-                    e = prim.numpy.format(*args, **{k: repr(x) for k, x in d["attrs"].items()})
+                    e = emit.format(*args, **{k: repr(x) for k, x in d["attrs"].items()})
                 code = f"{var} = {e}"
             names[v] = var
             src = _source_comment(d.get("loc"))

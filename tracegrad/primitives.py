@@ -20,6 +20,7 @@ Every primitive is a single ``Primitive`` row holding all of its rules:
 * ``numpy``: the NumPy emitter, a format string over the operand names
   (``{0}``, ``{1}``...) and attributes (``{axis}``, formatted with ``repr``),
   or a callable ``(names, **attrs) -> expression``.
+* ``cupy``: the CuPy driver's expression where NumPy's does not carry over.
 * ``cuda``: the CUDA elementwise expression (same format), for fusible ops.
 * ``batch``: optional batching rule (vmap) where the generic ones in
   ``tracegrad.batching`` do not fit.
@@ -54,12 +55,12 @@ class Aval(NamedTuple):
 
 
 class Primitive:
-    __slots__ = ("name", "impl", "shape", "vjp", "jvp", "numpy", "cuda",
+    __slots__ = ("name", "impl", "shape", "vjp", "jvp", "numpy", "cupy", "cuda",
                  "nondiff", "n_out", "save_inputs", "save_out", "view",
                  "ufunc", "helpers", "elementwise", "batch", "backward_name", "doc")
 
     def __init__(self, name, impl, shape=None, vjp=None, jvp=None, numpy=None,
-                 cuda=None, nondiff=False, n_out=1, save_inputs=True,
+                 cupy=None, cuda=None, nondiff=False, n_out=1, save_inputs=True,
                  save_out=False, view=False, ufunc=None, helpers=(),
                  elementwise=False, batch=None, doc=None):
         self.name = name
@@ -68,6 +69,9 @@ class Primitive:
         self.vjp = vjp
         self.jvp = jvp
         self.numpy = numpy
+        # cupy: the CUDA driver's call where the NumPy emitter's does not
+        # exist in CuPy (ufunc reductions); None: the NumPy emitter serves both
+        self.cupy = cupy
         self.cuda = cuda
         # nondiff: outputs never carry a gradient (comparisons, argmax).
         self.nondiff = nondiff

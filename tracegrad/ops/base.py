@@ -288,8 +288,8 @@ basis_p = register(
         (int(np.prod(shape)),) + tuple(shape)),
     shape=lambda shape, dtype: Aval((int(np.prod(shape)),) + tuple(shape), np.dtype(dtype)),
     nondiff=True, save_inputs=False,
-    numpy=lambda names, shape, dtype: (f"np.eye({int(np.prod(shape))}, dtype=np.{dtype})"
-                                       f".reshape({(int(np.prod(shape)),) + tuple(shape)!r})"),
+    numpy=lambda names, shape, dtype: (f"np.eye({int(np.prod(shape))}, dtype=np.{dtype})" + (
+        "" if len(shape) == 1 else f".reshape({(int(np.prod(shape)),) + tuple(shape)!r})")),
     doc="The identity as a stack of one-hot arrays of ``shape``: the batched "
         "seed of a Jacobian.")
 zeros_like_p = register(
@@ -328,7 +328,10 @@ sum_p = register(
         np.sum(np.zeros((), x.dtype)).dtype if x.dtype.kind in "biu" else x.dtype),
     vjp=(lambda g, out, x, axis, keepdims: expand_reduced(g, x.shape, axis, keepdims),),
     jvp=(lambda t, out, x, axis, keepdims: sum(t, axis=axis, keepdims=keepdims),),
-    numpy="np.sum({0}, axis={axis}, keepdims={keepdims})", save_inputs=False)
+    # the ufunc reduction skips np.sum's Python-level dispatch (a microsecond
+    # a call, which small arrays notice); CuPy keeps its sum
+    numpy="np.add.reduce({0}, axis={axis}, keepdims={keepdims})",
+    cupy="np.sum({0}, axis={axis}, keepdims={keepdims})", save_inputs=False)
 
 
 # --- shapes ------------------------------------------------------------------------
@@ -338,7 +341,8 @@ reshape_p = register(
     shape=lambda x, shape: Aval(shape, x.dtype),
     vjp=(lambda g, out, x, shape: reshape(g, x.shape),),
     jvp=(lambda t, out, x, shape: reshape(t, shape),),
-    numpy="np.reshape({0}, {shape})", save_inputs=False, view=True)
+    # the method call: np.reshape's dispatch costs more than the reshape
+    numpy="{0}.reshape({shape})", save_inputs=False, view=True)
 def _broadcast_to_batch(vals, flags, B, shape):
     """Broadcasting aligns trailing axes, so a batched operand of lower rank
     first gets its missing axes after the batch axis."""
@@ -362,7 +366,7 @@ transpose_p = register(
     shape=lambda x, axes: Aval(tuple(x.shape[a] for a in axes), x.dtype),
     vjp=(lambda g, out, x, axes: transpose(g, tuple(np.argsort(axes).tolist())),),
     jvp=(lambda t, out, x, axes: transpose(t, axes),),
-    numpy="np.transpose({0}, {axes})", save_inputs=False, view=True)
+    numpy="{0}.transpose({axes})", save_inputs=False, view=True)
 
 
 # --- matrix product -----------------------------------------------------------------

@@ -88,7 +88,9 @@ def _extreme_row(name, fn):
                  _extreme_weights(out, x, axis, keepdims)),),
         jvp=(lambda t, out, x, axis, keepdims:
              sum(mul(t, _extreme_weights(out, x, axis, keepdims)), axis=axis, keepdims=keepdims),),
-        numpy=f"np.{fn}({{0}}, axis={{axis}}, keepdims={{keepdims}})", save_out=True)
+        numpy=f"np.{'maximum' if fn == 'max' else 'minimum'}.reduce({{0}}, axis={{axis}}, "
+              f"keepdims={{keepdims}})",
+        cupy=f"np.{fn}({{0}}, axis={{axis}}, keepdims={{keepdims}})", save_out=True)
 
 
 amax_p = _extreme_row("amax", "max")
