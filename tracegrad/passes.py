@@ -315,6 +315,36 @@ def _diagonal_matmul(g, v, d, ops):
     return add_node(g, "mul", [w, m], {}, d["shape"], d["dtype"], d.get("loc"))
 
 
+def _push_negations(g, v, d, op, ops):
+    """Signs move outwards through linear ops until an add or sub absorbs
+    them: sum(-x) -> -sum(x), reshape(-x) -> -reshape(x), a + (-b) -> a - b,
+    a - (-b) -> a + b.  The adjoint of a subtraction leaves such negations
+    on whole arrays; this turns each into nothing or a negation of a
+    smaller one."""
+    if op in ("sum", "reshape", "broadcast_to", "transpose"):
+        (a,) = ops
+        if g.nodes[a]["op"] == "neg" and _single_use(g, a):
+            x = ir.operands(g, a)[0]
+            inner = add_node(g, op, [x], d["attrs"], d["shape"], d["dtype"], d.get("loc"))
+            return add_node(g, "neg", [inner], {}, d["shape"], d["dtype"], d.get("loc"))
+        return None
+    if op not in ("add", "sub"):
+        return None
+    a, b = ops
+    na = g.nodes[a]["op"] == "neg" and _single_use(g, a)
+    nb = g.nodes[b]["op"] == "neg" and _single_use(g, b)
+    if nb:
+        y = ir.operands(g, b)[0]
+        new_op = "sub" if op == "add" else "add"
+        if tuple(np.broadcast_shapes(g.nodes[a].get("shape") or (),
+                                     g.nodes[y].get("shape") or ())) == d["shape"]:
+            return add_node(g, new_op, [a, y], {}, d["shape"], d["dtype"], d.get("loc"))
+    if na and op == "add":
+        x = ir.operands(g, a)[0]
+        return add_node(g, "sub", [b, x], {}, d["shape"], d["dtype"], d.get("loc"))
+    return None
+
+
 def _simplify_node(g, v):
     """One algebraic rewrite at v; returns the node that replaces v, or None."""
     d = g.nodes[v]
@@ -326,7 +356,7 @@ def _simplify_node(g, v):
         ops = ir.operands(g, v)
         if any(g.nodes[w]["op"] != "const" for w in ops):
             _uniform_constants_to_scalars(g, v, d, ops)
-    for rule in (_push_scalar_through_broadcast, _collect_constants):
+    for rule in (_push_scalar_through_broadcast, _collect_constants, _push_negations):
         new = rule(g, v, d, op, ops)
         if new is not None:
             return new
