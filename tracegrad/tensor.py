@@ -980,6 +980,16 @@ def _view_chain(src, prim, attrs, rest):
     return src, ((prim, attrs, rest),)
 
 
+def _shares_base(out, src):
+    """out is a view into src's memory.  NumPy points every view's ``base``
+    at the array that owns the memory, so comparing owners is enough (and
+    much cheaper than np.may_share_memory)."""
+    b = out.base
+    if b is None:
+        return False
+    return b is src or (src.base is not None and b is src.base)
+
+
 def _asarray_like(x):
     if isinstance(x, Tensor):
         return x._data
@@ -1093,7 +1103,7 @@ def eager_bind(prim, args, attrs):
             # a real view (shares memory with its operand; advanced indexing
             # and some reshapes copy instead)
             if isinstance(src, Tensor) and (type(out) is not _ndarray
-                                            or np.may_share_memory(out, src._data)):
+                                            or _shares_base(out, src._data)):
                 vbox = src._vbox
                 t = Tensor(out, False, None, 0, vbox)
                 t._base, t._view_fn = _view_chain(src, prim, attrs, tuple(args[1:]))
