@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 import weakref
 
 import numpy as np
@@ -20,7 +19,7 @@ from tracegrad import cache
 from tracegrad._version import __version__
 from tracegrad.autograd.profiler_state import _state as _prof_state
 from tracegrad.primitives import Aval
-from tracegrad.trace import (TraceError, trace_function, tree_flatten, tree_unflatten,
+from tracegrad.trace import (trace_function, tree_flatten, tree_unflatten,
                              leaf_paths)
 
 _ALL = weakref.WeakSet()

@@ -17,8 +17,6 @@ rewritten by the first rule that applies:
 """
 from __future__ import annotations
 
-import numpy as np
-
 from tracegrad import ir, primitives
 from tracegrad.primitives import Aval
 from tracegrad.trace import Trace

@@ -42,6 +42,7 @@ TEMPLATE_DIRS = [
     os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "codegen_templates"),
 ]
 
+
 def template_dir():
     for d in TEMPLATE_DIRS:
         if os.path.isdir(d):
@@ -75,7 +76,6 @@ def templates_hash() -> str:
                     h.update(f.read())
         _templates_hash = h.hexdigest()[:16]
     return _templates_hash
-
 
 
 def count(what, n=1):

@@ -90,7 +90,6 @@ class Tracer(ArrayMethods):
         return f"Tracer<{self.dtype}{list(self.shape)}, node {self.id}>"
 
     def _concrete_error(self, what):
-        node = self._trace.nodes[self.id]
         loc = _user_frame()
         where = f"{loc[0]}, line {loc[1]}, in {loc[2]}" if loc else "your function"
         src = _source_line(loc)

@@ -153,8 +153,8 @@ def _prepare(func, inputs, fn_name, strict):
 def _validate_v(v, outputs, name, fn_name):
     if v is None:
         if len(outputs) != 1 or int(np.prod(outputs[0].shape)) != 1:
-            raise RuntimeError(f"The vector v can only be None if the user-provided function "
-                               f"returns a single Tensor with a single element.")
+            raise RuntimeError("The vector v can only be None if the user-provided function "
+                               "returns a single Tensor with a single element.")
         return (Tensor(np.ones(outputs[0].shape, outputs[0].dtype)),)
     _, v = _as_tuple(v, name, fn_name)
     if len(v) != len(outputs):
