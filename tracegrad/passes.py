@@ -291,6 +291,29 @@ def _diagonal_factors(g, u, n, depth=0):
     return None
 
 
+def _sum_of_product_as_matmul(g, v, d, ops):
+    """sum(M * w, axis=-1) with M a matrix and w a vector along its rows is
+    M @ w: one BLAS call instead of an elementwise pass and a reduction
+    (the adjoint writes this for every reduction's broadcast cotangent)."""
+    (p,) = ops
+    dp = g.nodes[p]
+    if dp["op"] != "mul" or not _single_use(g, p) or dp.get("shape") is None \
+            or len(dp["shape"]) != 2 or tuple(d["attrs"]["axis"]) != (1,):
+        return None
+    r, c = dp["shape"]
+    a, b = ir.operands(g, p)
+    for m, w in ((a, b), (b, a)):
+        dm, dw = g.nodes[m], g.nodes[w]
+        if dm.get("shape") == (r, c) and dw.get("shape") == (c,) and \
+                dm["dtype"] == dw["dtype"] == d["dtype"] and np.issubdtype(d["dtype"], np.inexact):
+            out = add_node(g, "matmul", [m, w], {}, (r,), d["dtype"], d.get("loc"))
+            if d["attrs"]["keepdims"]:
+                out = add_node(g, "reshape", [out], {"shape": (r, 1)}, (r, 1), d["dtype"],
+                               d.get("loc"))
+            return out
+    return None
+
+
 def _diagonal_matmul(g, v, d, ops):
     """diag(w) @ M -> w[:, None] * M: the Jacobian seeds the adjoint builds
     are diagonal matrices, and this turns an O(n^3) product into O(n^2)."""
@@ -363,6 +386,10 @@ def _simplify_node(g, v):
     if op == "matmul" and g.nodes[ops[0]]["op"] == "basis" and \
             len(g.nodes[ops[0]]["shape"]) == 2 and _same_type(g, ops[1], v):
         return ops[1]  # identity @ M
+    if op == "sum":
+        new = _sum_of_product_as_matmul(g, v, d, ops)
+        if new is not None:
+            return new
     if op == "matmul":
         new = _diagonal_matmul(g, v, d, ops)
         if new is not None:
