@@ -138,6 +138,7 @@ CASES += [
     Case("stop_gradient", [A(3, 4)]),
     Case("clone", [A(3, 4)]),
     Case("zeros_like", [A(3, 4)]),
+    Case("plus_identity", [A(3, 3)]),
     Case("basis", [], {"shape": (2, 3), "dtype": "float64"}, f32=False),
     Case("sum", [A(2, 3, 4)], {"axis": (0, 2), "keepdims": False}),
     Case("sum", [A(2, 3, 4)], {"axis": (1,), "keepdims": True}, id="sum-keepdims"),

@@ -84,7 +84,11 @@ def _const_code(arr):
 
 
 def _ufunc_of(prim, n_operands):
+    """The callable codegen may give ``out=``: a NumPy ufunc, or one of the
+    row's runtime helpers that takes ``out=`` (named in ``ufunc``)."""
     name = prim.ufunc
+    if name and name in prim.helpers:
+        return name
     if not name or not name.startswith("np."):
         return None
     f = getattr(np, name[3:], None)
@@ -190,7 +194,7 @@ class Lowered:
                     buf = None
                     # writing into an operand is for elementwise ufuncs only
                     # (a matmul reading its own output buffer would need a copy)
-                    for u in (ops if prim.elementwise else ()):
+                    for u in (ops if prim.elementwise or ufunc in prim.helpers else ()):
                         if (u in owned and last_use.get(u) == i and u not in never_dies
                                 and u not in aliased
                                 and (g.nodes[u]["shape"], str(g.nodes[u]["dtype"])) == key):

@@ -386,6 +386,13 @@ def _simplify_node(g, v):
     if op == "matmul" and g.nodes[ops[0]]["op"] == "basis" and \
             len(g.nodes[ops[0]]["shape"]) == 2 and _same_type(g, ops[1], v):
         return ops[1]  # identity @ M
+    if op == "add":
+        # I + M -> plus_identity(M): no identity matrix is built
+        for p, q in ((ops[0], ops[1]), (ops[1], ops[0])):
+            dp, dq = g.nodes[p], g.nodes[q]
+            if dp["op"] == "basis" and len(dp["shape"]) == 2 and dq.get("shape") == dp["shape"] \
+                    and dq["dtype"] == d["dtype"] and d["shape"] == dp["shape"]:
+                return add_node(g, "plus_identity", [q], {}, d["shape"], d["dtype"], d.get("loc"))
     if op == "sum":
         new = _sum_of_product_as_matmul(g, v, d, ops)
         if new is not None:

@@ -49,6 +49,22 @@ def _index_set(g, shape, idx, xp=np):
     return out
 
 
+def _plus_identity(m, out=None):
+    """m + I for a square matrix, without building the identity; ``out``
+    (which may be ``m`` itself) receives the result."""
+    if out is None:
+        out = m.copy()
+    elif out is not m:
+        out[...] = m
+    n = m.shape[0]
+    if out.flags.c_contiguous:
+        out.reshape(-1)[::n + 1] += 1  # the diagonal, as a strided view
+    else:
+        i = np.arange(n)
+        out[i, i] += 1
+    return out
+
+
 def _setitem(x, idx, v):
     """A copy of ``x`` with ``[idx]`` set to ``v`` (out-of-place assignment)."""
     y = x.copy()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tracegrad import runtime_numpy as _rt
 from tracegrad.primitives import Aval, bind, register, broadcast_shapes
 from tracegrad.ops._define import method, implements, axis_arg, norm_axes
 
@@ -292,6 +293,15 @@ basis_p = register(
         "" if len(shape) == 1 else f".reshape({(int(np.prod(shape)),) + tuple(shape)!r})")),
     doc="The identity as a stack of one-hot arrays of ``shape``: the batched "
         "seed of a Jacobian.")
+plus_identity_p = register(
+    "plus_identity", lambda xp, m: _rt._plus_identity(m),
+    shape=lambda m: m,
+    vjp=(lambda g, out, m: g,), jvp=(lambda t, out, m: t,),
+    # the helper takes out=, so codegen may write into a dead operand
+    numpy="_plus_identity({0})", ufunc="_plus_identity", helpers=("_plus_identity",),
+    save_inputs=False,
+    doc="M + I for a square matrix (a Hessian's quadratic term), without "
+        "materialising the identity.")
 zeros_like_p = register(
     "zeros_like", lambda xp, x: xp.zeros(np.shape(x), np.result_type(x)),
     shape=lambda x: x, nondiff=True, numpy="np.zeros_like({0})", save_inputs=False)
