@@ -10,8 +10,9 @@ Workloads (value and gradient unless said otherwise):
   W5  a fresh process from start to the first W3 gradient, with an empty
       cache and then with a warm disk cache
 
-Each is timed as a median over repeats and printed as a ratio to
-hand-written NumPy measured in the same run.  torch eager, jax.jit and HIPS
+Each candidate is timed in rounds interleaved with hand-written NumPy and
+printed as the median over rounds of its time / NumPy's time in the same
+round, so load that drifts during the run cancels out of the ratios.  torch eager, jax.jit and HIPS
 autograd join when importable (install them in a separate environment; they
 are never tracegrad dependencies).
 
@@ -35,19 +36,6 @@ import tracemalloc  # noqa: E402
 import numpy as np  # noqa: E402
 
 import tracegrad as tg  # noqa: E402
-
-
-def median_time(fn, min_time=0.3, max_repeats=2000, min_repeats=5):
-    fn()  # warm up (compiles, caches)
-    fn()
-    times = []
-    start = time.perf_counter()
-    while (len(times) < min_repeats or time.perf_counter() - start < min_time) \
-            and len(times) < max_repeats:
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def peak_memory(fn):
@@ -138,23 +126,45 @@ def lse_quad_hessian_by_hand(x, A):
 
 # --- rows -------------------------------------------------------------------------------------
 
-def row(name, base, entries):
-    out = {"workload": name, "numpy_s": base}
-    for k, t in entries.items():
-        out[k] = t / base if t is not None else None
+def interleaved_row(name, base_fn, fns, rounds=21, batch_time=0.02):
+    """Time the hand-written baseline and every candidate in interleaved
+    rounds (baseline, A, B, ..., baseline, A, B, ...), and report each
+    candidate as the median over rounds of its time / the baseline's time
+    in the same round: load that drifts during the run moves both sides of
+    each ratio alike."""
+    calls = {"numpy": base_fn, **fns}
+    per_call = {}
+    for k, fn in calls.items():  # warm up; size a batch to ~batch_time
+        fn()
+        fn()
+        t0 = time.perf_counter()
+        fn()
+        per_call[k] = max(time.perf_counter() - t0, 1e-7)
+    batch = {k: max(1, int(batch_time / t)) for k, t in per_call.items()}
+    samples = {k: [] for k in calls}
+    for _ in range(rounds):
+        for k, fn in calls.items():
+            n = batch[k]
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            samples[k].append((time.perf_counter() - t0) / n)
+    out = {"workload": name, "numpy_s": statistics.median(samples["numpy"])}
+    for k in fns:
+        out[k] = statistics.median(a / b for a, b in zip(samples[k], samples["numpy"]))
     return out
 
 
 def w1():
     x = np.random.default_rng(0).standard_normal(16)
     vg = tg.value_and_grad(rosen)
-    entries = {"tracegrad": median_time(lambda: vg(x))}
+    entries = {"tracegrad": lambda: vg(x)}
     xt = tg.tensor(x, requires_grad=True)
 
     def eager():
         xt.grad = None
         rosen(xt).backward()
-    entries["tracegrad eager"] = median_time(eager)
+    entries["tracegrad eager"] = eager
     if torch is not None:
         xtt = torch.tensor(x, requires_grad=True)
 
@@ -162,47 +172,46 @@ def w1():
             xtt.grad = None
             y = torch.sum(100.0 * (xtt[1:] - xtt[:-1] ** 2) ** 2 + (1 - xtt[:-1]) ** 2)
             y.backward()
-        entries["torch eager"] = median_time(te)
+        entries["torch eager"] = te
     if jax is not None:
         jf = jax.jit(jax.value_and_grad(lambda x: jnp.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2
                                                           + (1 - x[:-1]) ** 2)))
         xj = jnp.asarray(x)
-        entries["jax.jit"] = median_time(lambda: jax.block_until_ready(jf(xj)))
+        entries["jax.jit"] = lambda: jax.block_until_ready(jf(xj))
     if hips is not None:
         import autograd.numpy as anp
         hf = hips.value_and_grad(lambda x: anp.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2
                                                    + (1 - x[:-1]) ** 2))
-        entries["HIPS autograd"] = median_time(lambda: hf(x))
-    return row("W1 Rosenbrock grad [16]", median_time(lambda: rosen_by_hand(x)), entries)
+        entries["HIPS autograd"] = lambda: hf(x)
+    return interleaved_row("W1 Rosenbrock grad [16]", lambda: rosen_by_hand(x), entries)
 
 
 def w2(n):
     rng = np.random.default_rng(0)
     x, y = rng.standard_normal(n), rng.standard_normal(n)
     vg = tg.value_and_grad(chain, argnums=(0, 1))
-    base = median_time(lambda: chain_by_hand(x, y), min_time=1.0, max_repeats=30)
-    entries = {"tracegrad": median_time(lambda: vg(x, y), min_time=1.0, max_repeats=30)}
+    entries = {"tracegrad": lambda: vg(x, y)}
     xt, yt = tg.tensor(x, requires_grad=True), tg.tensor(y, requires_grad=True)
 
     def eager():
         xt.grad = yt.grad = None
         chain(xt, yt).backward()
-    entries["tracegrad eager"] = median_time(eager, min_time=1.0, max_repeats=20)
+    entries["tracegrad eager"] = eager
     if torch is not None:
         a, b = torch.tensor(x, requires_grad=True), torch.tensor(y, requires_grad=True)
 
         def te():
             a.grad = b.grad = None
             torch.sum(torch.tanh(a) * torch.exp(-b ** 2) + torch.log1p(a ** 2) * torch.sin(b)).backward()
-        entries["torch eager"] = median_time(te, min_time=1.0, max_repeats=20)
+        entries["torch eager"] = te
     if jax is not None:
         jf = jax.jit(jax.value_and_grad(lambda x, y: jnp.sum(jnp.tanh(x) * jnp.exp(-y ** 2)
                                                              + jnp.log1p(x ** 2) * jnp.sin(y)),
                                         argnums=(0, 1)))
         xj, yj = jnp.asarray(x), jnp.asarray(y)
-        entries["jax.jit"] = median_time(lambda: jax.block_until_ready(jf(xj, yj)),
-                                         min_time=1.0, max_repeats=30)
-    r = row(f"W2 elementwise chain [{n}]", base, entries)
+        entries["jax.jit"] = lambda: jax.block_until_ready(jf(xj, yj))
+    r = interleaved_row(f"W2 elementwise chain [{n}]", lambda: chain_by_hand(x, y), entries,
+                        rounds=7)
     r["peak_memory_ratio"] = peak_memory(lambda: vg(x, y)) / peak_memory(lambda: chain_by_hand(x, y))
     return r
 
@@ -216,14 +225,14 @@ def mlp_args():
 def w3():
     args = mlp_args()
     vg = tg.value_and_grad(mlp, argnums=(0, 1, 2, 3))
-    entries = {"tracegrad": median_time(lambda: vg(*args))}
+    entries = {"tracegrad": lambda: vg(*args)}
     ts = [tg.tensor(a, requires_grad=i < 4) for i, a in enumerate(args)]
 
     def eager():
         for t in ts[:4]:
             t.grad = None
         mlp(*ts).backward()
-    entries["tracegrad eager"] = median_time(eager)
+    entries["tracegrad eager"] = eager
     if torch is not None:
         tt = [torch.tensor(a, requires_grad=i < 4) for i, a in enumerate(args)]
 
@@ -232,14 +241,14 @@ def w3():
                 t.grad = None
             W1, b1, W2, b2, X, Y = tt
             torch.mean((torch.tanh(X @ W1 + b1) @ W2 + b2 - Y) ** 2).backward()
-        entries["torch eager"] = median_time(te)
+        entries["torch eager"] = te
     if jax is not None:
         jf = jax.jit(jax.value_and_grad(
             lambda W1, b1, W2, b2, X, Y: jnp.mean((jnp.tanh(X @ W1 + b1) @ W2 + b2 - Y) ** 2),
             argnums=(0, 1, 2, 3)))
         ja = [jnp.asarray(a) for a in args]
-        entries["jax.jit"] = median_time(lambda: jax.block_until_ready(jf(*ja)))
-    return row("W3 MLP grad", median_time(lambda: mlp_by_hand(*args)), entries)
+        entries["jax.jit"] = lambda: jax.block_until_ready(jf(*ja))
+    return interleaved_row("W3 MLP grad", lambda: mlp_by_hand(*args), entries)
 
 
 def w4():
@@ -248,18 +257,17 @@ def w4():
     h = tg.hessian(lse_quad)
     H = h(x, A)
     np.testing.assert_allclose(H, lse_quad_hessian_by_hand(x, A), rtol=1e-8, atol=1e-10)
-    entries = {"tracegrad": median_time(lambda: h(x, A))}
+    entries = {"tracegrad": lambda: h(x, A)}
     if torch is not None:
         At = torch.tensor(A)
         xt = torch.tensor(x)
         f = lambda x: torch.logsumexp(At @ x, 0) + 0.5 * torch.sum(x ** 2)  # noqa: E731
-        entries["torch functional"] = median_time(
-            lambda: torch.autograd.functional.hessian(f, xt), max_repeats=20)
+        entries["torch functional"] = lambda: torch.autograd.functional.hessian(f, xt)
     if jax is not None:
         jh = jax.jit(jax.hessian(lambda x, A: jax.nn.logsumexp(A @ x) + 0.5 * jnp.sum(x ** 2)))
         xj, Aj = jnp.asarray(x), jnp.asarray(A)
-        entries["jax.jit"] = median_time(lambda: jax.block_until_ready(jh(xj, Aj)))
-    return row("W4 Hessian [100x100]", median_time(lambda: lse_quad_hessian_by_hand(x, A)), entries)
+        entries["jax.jit"] = lambda: jax.block_until_ready(jh(xj, Aj))
+    return interleaved_row("W4 Hessian [100x100]", lambda: lse_quad_hessian_by_hand(x, A), entries)
 
 
 # The W5 programs are self-contained: importing this file would import the
