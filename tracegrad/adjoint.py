@@ -252,10 +252,7 @@ def split(joint, n_primal_inputs, n_outputs):
     fwd.graph["n_primal_outputs"] = n_outputs
 
     bw_nodes = set(bwd) | set(residuals)
-    for v in outs[n_outputs:]:
-        bw_nodes.add(v)
-        if joint.nodes[v]["op"] == "const":
-            pass
+    bw_nodes.update(outs[n_outputs:])
     # constants read by backward nodes come along
     for v in list(bwd):
         for u in ir.operands(joint, v):

@@ -437,7 +437,7 @@ def _compile(kind, trace, wrt, names, compiled, parts, khash):
     try:
         src += f" ({inspect.getsourcefile(fn)}:{inspect.getsourcelines(fn)[1]})"
     except (TypeError, OSError):
-        pass
+        pass  # no source file (a builtin, a REPL lambda): the name says enough
     doc = {"forward": f"The forward computation of {src}.",
            "grad": f"The value and gradient of {src} w.r.t. {_wrt_desc(wrt, names)}.",
            "value_and_grad": f"The value and gradient of {src} w.r.t. {_wrt_desc(wrt, names)}.",

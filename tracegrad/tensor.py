@@ -237,9 +237,6 @@ class Tensor(ArrayMethods):
         memo[id(self)] = t
         return t
 
-    def __setstate__(self, state):
-        pass
-
     # --- autograd -------------------------------------------------------------
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
         """Compute the gradient of this tensor w.r.t. graph leaves (see torch.Tensor.backward)."""
