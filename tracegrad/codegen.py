@@ -113,6 +113,18 @@ def _source_comment(loc):
     return f"{where}: {text}" if text else where
 
 
+def operand_expr(g, u, names, module):
+    """Source for operand u: a literal for a Python number, a module-level
+    constant for an array, else its variable name."""
+    d = g.nodes[u]
+    if d["op"] == "const":
+        val = d["value"]
+        if not isinstance(val, np.ndarray):
+            return literal(val)
+        return module.constant(u, val)
+    return names[u]
+
+
 class Lowered:
     """A graph lowered to the body of one NumPy function."""
 
@@ -154,13 +166,7 @@ class Lowered:
         prev_src = None
 
         def expr(u):
-            d = g.nodes[u]
-            if d["op"] == "const":
-                val = d["value"]
-                if not isinstance(val, np.ndarray):
-                    return literal(val)
-                return module.constant(u, val)
-            return names[u]
+            return operand_expr(g, u, names, module)
 
         for i, v in enumerate(order):
             d = g.nodes[v]

@@ -337,14 +337,8 @@ class Function:
         fresh = set()   # variables written by our kernels: contiguous, no copy needed
 
         def expr(u):
-            d = g.nodes[u]
-            if d["op"] == "const":
-                val = d["value"]
-                if not isinstance(val, np.ndarray):
-                    from tracegrad.codegen import literal
-                    return literal(val)
-                return module.constant(u, val)
-            return names[u]
+            from tracegrad.codegen import operand_expr
+            return operand_expr(g, u, names, module)
 
         def const_name(u):
             return module.constant(u, g.nodes[u]["value"])

@@ -312,14 +312,8 @@ class Tensor(ArrayMethods):
     def _edge(self):
         """(node, output index) that gradients for this tensor flow into, or
         None when it does not require grad."""
-        if self.grad_fn is not None:
-            return (self.grad_fn, self._output_nr)
-        if self._requires_grad:
-            acc = self._accum
-            if acc is None:
-                acc = self._accum = AccumulateGrad(self)
-            return (acc, 0)
-        return None
+        e = _edge_of(self)
+        return None if e is _NO_EDGE else e
 
     def is_inference(self):
         return False
@@ -668,31 +662,13 @@ def _edge_of(a):
     if fn is not None:
         return (fn, a._output_nr)
     if a._requires_grad:
-        acc = a._accum
-        if acc is None:
-            acc = a._accum = AccumulateGrad(a)
-        return (acc, 0)
+        return (a._accumulate_node(), 0)
     return _NO_EDGE
 
 
 def _edges(args):
     """next_functions of a node recorded on ``args``."""
-    out = []
-    for a in args:
-        if isinstance(a, Tensor):
-            fn = a.grad_fn
-            if fn is not None:
-                out.append((fn, a._output_nr))
-            elif a._requires_grad:
-                acc = a._accum
-                if acc is None:
-                    acc = a._accum = AccumulateGrad(a)
-                out.append((acc, 0))
-            else:
-                out.append(_NO_EDGE)
-        else:
-            out.append(_NO_EDGE)
-    return tuple(out)
+    return tuple(_edge_of(a) if isinstance(a, Tensor) else _NO_EDGE for a in args)
 
 
 _avals = {}
@@ -1029,14 +1005,7 @@ def eager_bind(prim, args, attrs):
                 arrays.append(d)
                 if a._requires_grad:
                     needs_grad = True
-                    fn = a.grad_fn
-                    if fn is not None:
-                        edges.append((fn, a._output_nr))
-                    else:
-                        acc = a._accum
-                        if acc is None:
-                            acc = a._accum = AccumulateGrad(a)
-                        edges.append((acc, 0))
+                    edges.append(_edge_of(a))
                 else:
                     edges.append(_NO_EDGE)
             elif ta is float or ta is int or ta is _ndarray or ta is bool:

@@ -150,40 +150,29 @@ def _prepare(func, inputs, fn_name, strict):
     return prep
 
 
-def _validate_v(v, outputs, name, fn_name):
+def _checked_v(v, like, fn_name, what):
+    """``v``: one Tensor per entry of ``like``, of its shape; None only when
+    ``like`` is a single one-element Tensor.  ``what`` names ``like`` in the
+    message ("the user-provided function returns" / "the input to the
+    user-provided function is")."""
     if v is None:
-        if len(outputs) != 1 or int(np.prod(outputs[0].shape)) != 1:
-            raise RuntimeError("The vector v can only be None if the user-provided function "
-                               "returns a single Tensor with a single element.")
-        return (Tensor(np.ones(outputs[0].shape, outputs[0].dtype)),)
-    _, v = _as_tuple(v, name, fn_name)
-    if len(v) != len(outputs):
-        raise RuntimeError(f"v is a tuple of invalid length: should be {len(outputs)} but got "
+        if len(like) != 1 or int(np.prod(like[0].shape)) != 1:
+            raise RuntimeError(f"The vector v can only be None if {what} a single Tensor with "
+                               f"a single element.")
+        return (Tensor(np.ones(like[0].shape, like[0].dtype)),)
+    _, v = _as_tuple(v, "v", fn_name)
+    if len(v) != len(like):
+        raise RuntimeError(f"v is a tuple of invalid length: should be {len(like)} but got "
                            f"{len(v)}.")
-    for i, (a, o) in enumerate(zip(v, outputs)):
+    for i, (a, o) in enumerate(zip(v, like)):
         if tuple(a.shape) != tuple(o.shape):
             raise RuntimeError(f"Entry {i} in v has invalid size: should be {list(o.shape)} but "
                                f"got {list(a.shape)}.")
     return v
 
 
-def _input_shaped_v(v, inputs, fn_name):
-    """``v`` for jvp/vhp/hvp: one Tensor per input, of its shape (None only
-    for a single one-element input)."""
-    if v is None:
-        if len(inputs) != 1 or int(np.prod(inputs[0].shape)) != 1:
-            raise RuntimeError("The vector v can only be None if the input to the user-provided "
-                               "function is a single Tensor with a single element.")
-        return (Tensor(np.ones(inputs[0].shape, inputs[0].dtype)),)
-    _, v = _as_tuple(v, "v", fn_name)
-    if len(v) != len(inputs):
-        raise RuntimeError(f"v is a tuple of invalid length: should be {len(inputs)} but got "
-                           f"{len(v)}.")
-    for i, (a, x) in enumerate(zip(v, inputs)):
-        if tuple(a.shape) != tuple(x.shape):
-            raise RuntimeError(f"Entry {i} in v has invalid size: should be {list(x.shape)} but "
-                               f"got {list(a.shape)}.")
-    return v
+_OUTPUTS = "the user-provided function returns"
+_INPUTS = "the input to the user-provided function is"
 
 
 def _out_avals(trace):
@@ -256,7 +245,7 @@ def vjp(func, inputs, v=None, create_graph=False, strict=False):
     if prep is None:
         return _eager_vjp(func, inputs, v, tuple_in, create_graph)
     trace, tuple_out = prep
-    v = _validate_v(v, _out_avals(trace), "v", "vjp")
+    v = _checked_v(v, _out_avals(trace), "vjp", _OUTPUTS)
     n_out = len(trace.outputs)
     flat = _run(_graph_function(trace, "vjp", func), inputs + v, create_graph)
     out, res = flat[:n_out], flat[n_out:]
@@ -266,7 +255,7 @@ def vjp(func, inputs, v=None, create_graph=False, strict=False):
 def jvp(func, inputs, v=None, create_graph=False, strict=False):
     """(func(inputs), J v) by the forward-mode pass (see torch.autograd.functional.jvp)."""
     tuple_in, inputs = _as_tuple(inputs, "inputs", "jvp")
-    v = _input_shaped_v(v, inputs, "jvp")
+    v = _checked_v(v, inputs, "jvp", _INPUTS)
     prep = _prepare(func, inputs, "jvp", strict)
     if prep is None:
         return _eager_jvp(func, inputs, v, create_graph)
@@ -286,7 +275,7 @@ def _scalar_check(trace, fn_name):
 
 def _hessian_product(func, inputs, v, create_graph, strict, what):
     tuple_in, inputs = _as_tuple(inputs, "inputs", what)
-    v = _input_shaped_v(v, inputs, what)
+    v = _checked_v(v, inputs, what, _INPUTS)
     prep = _prepare(func, inputs, what, strict)
     if prep is None:
         return _eager_hessian_product(func, inputs, v, tuple_in, create_graph, what)
@@ -364,7 +353,7 @@ def _eager_hessian(func, inputs, tuple_in, create_graph, strict):
 
 def _eager_vjp(func, inputs, v, tuple_in, create_graph):
     xs, outs, tuple_out = _eager_outputs(func, inputs, create_graph)
-    v = _validate_v(v, outs, "v", "vjp")
+    v = _checked_v(v, outs, "vjp", _OUTPUTS)
     res = _grads(outs, xs, v, create_graph)
     outs = _grad_free(outs, create_graph)
     res = _grad_free(res, create_graph)

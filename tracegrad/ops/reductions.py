@@ -367,28 +367,29 @@ def logsumexp(x, axis=None, keepdims=False, *, dim=None, keepdim=None):
     return out
 
 
-@method("cumsum")
-@implements(np.cumsum)
-def cumsum(x, axis=None, dtype=None, out=None, *, dim=None):
-    """Running sum along an axis (NumPy: over the flattened array when axis is None)."""
+def _scan(prim, x, axis, dtype, dim):
+    """A running reduction along one axis (NumPy: the flattened array when
+    axis is None)."""
     a = axis_arg(axis, dim)
     if dtype is not None:
         x = astype(x, dtype)
     if a is None:
-        return bind(cumsum_p, _ops.ravel(x), axis=0)
-    return bind(cumsum_p, x, axis=norm_axes(a, len(shape_of(x)))[0])
+        return bind(prim, _ops.ravel(x), axis=0)
+    return bind(prim, x, axis=norm_axes(a, len(shape_of(x)))[0])
+
+
+@method("cumsum")
+@implements(np.cumsum)
+def cumsum(x, axis=None, dtype=None, out=None, *, dim=None):
+    """Running sum along an axis."""
+    return _scan(cumsum_p, x, axis, dtype, dim)
 
 
 @method("cumprod")
 @implements(np.cumprod)
 def cumprod(x, axis=None, dtype=None, out=None, *, dim=None):
     """Running product; the gradient is exact with zeros (quadratic in the axis length)."""
-    a = axis_arg(axis, dim)
-    if dtype is not None:
-        x = astype(x, dtype)
-    if a is None:
-        return bind(cumprod_p, _ops.ravel(x), axis=0)
-    return bind(cumprod_p, x, axis=norm_axes(a, len(shape_of(x)))[0])
+    return _scan(cumprod_p, x, axis, dtype, dim)
 
 
 @method("nansum")
