@@ -989,10 +989,10 @@ def eager_bind(prim, args, attrs):
             out = prim.impl(xp, *args, **attrs)
             prof._end(ev)
             return out
-    if prim.n_out == 1 and not prim.view and _prof_state.current is None:
+    if prim.n_out == 1 and _prof_state.current is None:
         # The common case in one pass: a single-output primitive on CPU
-        # Tensors and numbers, no profiler.  Anything else (CuPy data, lists,
-        # views) takes the general path below.
+        # Tensors and numbers, no profiler.  Anything else (CuPy data, lists)
+        # takes the general path below.
         arrays = []
         edges = []
         needs_grad = False
@@ -1022,7 +1022,19 @@ def eager_bind(prim, args, attrs):
                 # a NumPy scalar becomes a 0-d array; a CuPy result (to_device)
                 # stays on its device
                 out = primitives.array_module(out).asarray(out)
-            if needs_grad and _mode.grad_enabled and not prim.nondiff and out.dtype.kind in "fc":
+            track = needs_grad and _mode.grad_enabled and not prim.nondiff \
+                and out.dtype.kind in "fc"
+            if prim.view:
+                src = args[0]
+                if type(src) is Tensor and _shares_base(out, arrays[0]):
+                    # a real view (advanced indexing and some reshapes copy
+                    # instead): it shares its base's version counter
+                    vbox = src._vbox
+                    t = Tensor(out, track, PrimNode(prim, attrs, args, out, tuple(edges), vbox)
+                               if track else None, 0, vbox)
+                    t._base, t._view_fn = _view_chain(src, prim, attrs, args[1:])
+                    return t
+            if track:
                 vbox = [0]
                 return Tensor(out, True, PrimNode(prim, attrs, args, out, tuple(edges), vbox),
                               0, vbox)

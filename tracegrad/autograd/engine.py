@@ -17,6 +17,7 @@ from tracegrad.autograd.grad_mode import state as _mode
 from tracegrad.autograd.graph import AccumulateGrad, FREED_MSG
 from tracegrad.autograd.profiler_state import _state as _prof_state
 from tracegrad.tensor import PrimNode, Tensor
+from tracegrad.autograd import replay as _replay
 
 
 def _as_tuple(x):
@@ -117,9 +118,14 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False,
     if (grad_tensors is None and type(tensors) is Tensor and tensors._requires_grad
             and tensors._data.size == 1 and tensors._data.dtype.kind == "f"
             and type(tensors._data) is np.ndarray):
-        # the common case, loss.backward(): skip the general argument handling
+        # the common case, loss.backward(): skip the general argument handling,
+        # and replay compiled code when this tape's structure repeats
+        seed = np.ones(tensors._data.shape, tensors._data.dtype)
+        if (inputs is None and not create_graph and tensors.grad_fn is not None
+                and _replay.try_backward(tensors.grad_fn, seed, retain_graph)):
+            return
         tensors = (tensors,)
-        roots = [Tensor(np.ones(tensors[0]._data.shape, tensors[0]._data.dtype))]
+        roots = [Tensor(seed)]
     else:
         tensors = _as_tuple(tensors)
         grad_tensors = ([None] * len(tensors) if grad_tensors is None
@@ -470,7 +476,12 @@ def _accumulate(leaf, g, create_graph):
     if create_graph:
         leaf._grad = g.clone() if cur is None else cur + g
         return
-    gd = g._data
+    _accumulate_array(leaf, g._data)
+
+
+def _accumulate_array(leaf, gd):
+    """_accumulate without create_graph, for a gradient array ``gd``."""
+    cur = leaf._grad
     if cur is None:
         leaf._grad = Tensor(gd.copy())
     elif cur._requires_grad or cur.grad_fn is not None or cur._data.shape != gd.shape \

@@ -1,0 +1,316 @@
+"""Backward replay (tracegrad/autograd/replay.py): a tape structure seen
+before runs its backward as generated code.  It must give the interpreter's
+gradients to the last bit, for every row of the registry, and step aside
+(so the interpreter's behaviour and errors hold) wherever it cannot."""
+from __future__ import annotations
+
+import gc
+import warnings
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+from tracegrad.autograd import replay
+from tracegrad.primitives import REGISTRY
+
+from test_ops_registry import DIFF_CASES, _bind, _draw, _float_outs, _impl, _rng, Rand
+
+
+@pytest.fixture(autouse=True)
+def fresh_replay():
+    replay.clear()
+    prev = replay.set_backward_replay(True)
+    yield
+    replay.set_backward_replay(prev)
+    replay.clear()
+
+
+def _stats():
+    return dict(replay.stats)
+
+
+def _delta(before):
+    return {k: replay.stats[k] - before[k] for k in before}
+
+
+def _grads_of_case(case):
+    """Leaf gradients of sum(out * ct) over the case's float outputs."""
+    vals = _draw(case)
+    ops, out = _bind(case, vals)
+    outs = out if isinstance(out, tuple) else (out,)
+    ref = _impl(case, vals)
+    rng = _rng(case, "ct")
+    loss = None
+    for i in _float_outs(ref):
+        term = (outs[i] * tg.tensor(rng.standard_normal(ref[i].shape))).sum()
+        loss = term if loss is None else loss + term
+    if loss is None or not loss.requires_grad:
+        return None
+    loss.backward()
+    return [None if o.grad is None else o.grad.numpy().copy()
+            for o, spec in zip(ops, case.operands) if isinstance(spec, Rand)]
+
+
+@pytest.mark.parametrize("case", DIFF_CASES, ids=repr)
+def test_replay_equals_interpreter_for_every_row(case):
+    replay.set_backward_replay(False)
+    with np.errstate(all="ignore"):
+        want = _grads_of_case(case)
+    if want is None:
+        return
+    replay.set_backward_replay(True)
+    before = _stats()
+    with np.errstate(all="ignore"):
+        runs = [_grads_of_case(case) for _ in range(3)]
+    d = _delta(before)
+    prim = REGISTRY[case.prim]
+    if prim.n_out == 1:
+        # first run interpreted, second compiled and replayed, third replayed
+        assert d["compiles"] == 1 and d["replays"] == 2, d
+    for got in runs:
+        for w, g in zip(want, got):
+            assert (w is None) == (g is None)
+            if w is not None:
+                assert g.dtype == w.dtype and g.shape == w.shape
+                np.testing.assert_array_equal(g, w)
+
+
+def _rosenbrock_grad(x):
+    f = (100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2).sum()
+    x.grad = None
+    f.backward()
+    return f, x.grad.numpy().copy()
+
+
+def test_training_loop_replays_and_matches_interpreter():
+    x0 = np.random.default_rng(0).uniform(-1.5, 1.5, 16)
+
+    def run(enabled, steps=6):
+        replay.set_backward_replay(enabled)
+        x = tg.tensor(x0.copy(), requires_grad=True)
+        out = []
+        for _ in range(steps):
+            f, g = _rosenbrock_grad(x)
+            out.append(g)
+            with tg.no_grad():
+                x -= 1e-4 * x.grad
+        return out, x.detach().numpy()
+
+    want, xw = run(False)
+    before = _stats()
+    got, xg = run(True)
+    assert _delta(before) == {"replays": 5, "compiles": 1, "declined": 0}
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(g, w)
+    np.testing.assert_array_equal(xg, xw)
+
+
+def test_mlp_step_with_broadcast_bias_matches():
+    rng = np.random.default_rng(1)
+    X, Y = rng.standard_normal((8, 5)), rng.standard_normal((8, 3))
+    init = [rng.standard_normal((5, 6)) * 0.3, np.zeros(6), rng.standard_normal((6, 3)) * 0.3,
+            np.zeros(3)]
+
+    def run(enabled):
+        replay.set_backward_replay(enabled)
+        ps = [tg.tensor(p.copy(), requires_grad=True) for p in init]
+        for _ in range(4):
+            h = tg.tanh(tg.tensor(X) @ ps[0] + ps[1])
+            loss = ((h @ ps[2] + ps[3] - tg.tensor(Y)) ** 2).mean()
+            loss.backward()   # gradients accumulate over the steps: in place after the first
+        return [p.grad.numpy().copy() for p in ps]
+
+    want = run(False)
+    before = _stats()
+    got = run(True)
+    # the leaves' nodes are made during the first step, so its tape is ordered
+    # differently: steps 2 and 3 share a structure, 3 and 4 replay it
+    assert _delta(before)["replays"] == 2
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_second_backward_through_a_replayed_tape_raises_freed():
+    x = tg.tensor(np.arange(4.0), requires_grad=True)
+    for _ in range(2):
+        y = (x * x).sum()
+        y.backward()
+    assert replay.stats["replays"] == 1
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        y.backward()
+
+
+def test_retain_graph_keeps_a_replayed_tape():
+    x = tg.tensor(np.arange(4.0), requires_grad=True)
+    y = (x * x).sum()
+    for _ in range(3):
+        y.backward(retain_graph=True)
+    assert replay.stats["replays"] == 2
+    np.testing.assert_array_equal(x.grad.numpy(), 3 * 2 * np.arange(4.0))
+
+
+def test_in_place_change_of_a_saved_tensor_still_raises_the_interpreter_error():
+    x = tg.tensor(np.arange(1.0, 5.0), requires_grad=True)
+    for _ in range(2):
+        (x.exp() * 2).sum().backward()
+    y = x * 1.0
+    z = y.exp()
+    loss = (z * 2).sum()
+    with tg.no_grad():
+        z.mul_(2)
+    before = _stats()
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+    assert _delta(before)["replays"] == 0
+
+
+@pytest.mark.filterwarnings("ignore:Anomaly Detection has been enabled")
+@pytest.mark.parametrize("setup", ["tensor_hook", "leaf_hook", "retain_grad", "node_hook",
+                                   "post_accumulate", "anomaly", "saved_hooks", "profiler"])
+def test_features_that_need_the_interpreter_decline(setup):
+    x = tg.tensor(np.arange(1.0, 4.0), requires_grad=True)
+    calls = []
+
+    def step():
+        y = x * 3.0
+        if setup == "tensor_hook":
+            y.register_hook(lambda g: calls.append(1) or g * 2)
+        elif setup == "leaf_hook" and not calls:
+            x.register_hook(lambda g: calls.append(1))
+        elif setup == "retain_grad":
+            y.retain_grad()
+        elif setup == "node_hook":
+            y.grad_fn.register_hook(lambda gi, go: calls.append(1))
+        elif setup == "post_accumulate" and not calls:
+            x.register_post_accumulate_grad_hook(lambda t: calls.append(1))
+        loss = y.sum()
+        x.grad = None
+        loss.backward()
+        return y
+
+    for _ in range(3):
+        if setup == "anomaly":
+            with tg.autograd.detect_anomaly():
+                step()
+        elif setup == "saved_hooks":
+            with tg.autograd.graph.saved_tensors_hooks(lambda t: calls.append(1) or t,
+                                                       lambda t: t):
+                step()
+        elif setup == "profiler":
+            with tg.autograd.profiler.profile() as prof:
+                step()
+            assert any("MulBackward0" in e.name for e in prof.function_events)
+        else:
+            y = step()
+    assert replay.stats["replays"] == 0
+    if setup == "tensor_hook":
+        np.testing.assert_array_equal(x.grad.numpy(), [6.0, 6.0, 6.0])
+    elif setup == "retain_grad":
+        np.testing.assert_array_equal(y.grad.numpy(), [1.0, 1.0, 1.0])
+    if setup not in ("retain_grad", "anomaly", "profiler"):
+        assert calls
+
+
+def test_a_leaf_that_is_gone_gets_nothing_and_others_still_do():
+    keep = tg.tensor(np.ones(3), requires_grad=True)
+    for _ in range(4):
+        gone = tg.tensor(np.ones(3), requires_grad=True)
+        loss = (gone * keep).sum()
+        keep.grad = None
+        del gone
+        gc.collect()
+        loss.backward()
+    assert replay.stats["replays"] == 2
+    np.testing.assert_array_equal(keep.grad.numpy(), np.ones(3))
+
+
+def test_structure_key_tells_shapes_constants_and_wiring_apart():
+    x = tg.tensor(np.arange(1.0, 5.0), requires_grad=True)
+    w = tg.tensor(np.arange(1.0, 4.0), requires_grad=True)
+    funcs = [lambda: (x * 2).sum(), lambda: (x * 3).sum(), lambda: (x * 2.0).sum(),
+             lambda: (x ** 2).sum(), lambda: (x * x).sum(), lambda: (x[:3] * w).sum(),
+             lambda: (x[1:] * w).sum(), lambda: (w * 2).sum()]
+    for _ in range(3):
+        for f in funcs:
+            replay.set_backward_replay(False)
+            x.grad = w.grad = None
+            f().backward()
+            want = [None if t.grad is None else t.grad.numpy().copy() for t in (x, w)]
+            replay.set_backward_replay(True)
+            x.grad = w.grad = None
+            f().backward()
+            got = [None if t.grad is None else t.grad.numpy().copy() for t in (x, w)]
+            for a, b in zip(want, got):
+                assert (a is None) == (b is None)
+                if a is not None:
+                    np.testing.assert_array_equal(b, a)
+    assert replay.stats["compiles"] == len(funcs)
+
+
+def test_float32_stays_float32():
+    x = tg.tensor(np.arange(1.0, 5.0, dtype=np.float32), requires_grad=True)
+    for _ in range(3):
+        x.grad = None
+        (x.sin() * 2.5).sum().backward()
+    assert replay.stats["replays"] == 2
+    assert x.grad.dtype == np.float32
+    np.testing.assert_allclose(x.grad.numpy(), 2.5 * np.cos(np.arange(1.0, 5.0)), rtol=1e-6)
+
+
+def test_the_generated_code_is_readable_and_names_tape_nodes():
+    x = tg.tensor(np.arange(1.0, 5.0), requires_grad=True)
+    for _ in range(2):
+        (x.exp() * 2).sum().backward()
+    (plan,) = replay._plans.values()
+    assert "def backward(grad," in plan.source
+    assert "ExpBackward0, tape node" in plan.source
+    assert "np.exp" not in plan.source.split("def backward")[1]  # exp's vjp reads its saved output
+
+
+def test_switching_off_by_call_and_environment(monkeypatch):
+    x = tg.tensor(np.arange(3.0), requires_grad=True)
+    assert replay.set_backward_replay(False) is True
+    for _ in range(3):
+        (x * x).sum().backward()
+    assert replay.stats["replays"] == 0
+    assert not replay.is_backward_replay_enabled()
+    import importlib
+    import subprocess
+    import sys
+    code = ("import tracegrad.autograd.replay as r; print(r.is_backward_replay_enabled())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**__import__("os").environ, "TRACEGRAD_BACKWARD_REPLAY": "0"})
+    assert out.stdout.strip() == "False", out.stderr
+    del importlib
+
+
+def test_a_failing_replay_warns_and_the_interpreter_answers(monkeypatch):
+    x = tg.tensor(np.arange(3.0), requires_grad=True)
+    for _ in range(2):
+        x.grad = None
+        (x * x).sum().backward()
+    (plan,) = replay._plans.values()
+
+    def broken(*arrays):
+        raise ValueError("simulated")
+    monkeypatch.setattr(plan, "fn", broken)
+    x.grad = None
+    with pytest.warns(RuntimeWarning, match="replay failed"):
+        (x * x).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), 2 * np.arange(3.0))
+    x.grad = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (x * x).sum().backward()  # interpreted from now on, quietly
+    np.testing.assert_array_equal(x.grad.numpy(), 2 * np.arange(3.0))
+
+
+def test_remembered_structures_are_bounded(monkeypatch):
+    monkeypatch.setattr(replay, "MAX_PLANS", 4)
+    monkeypatch.setattr(replay, "MAX_SEEN", 8)
+    x = tg.tensor(np.arange(3.0), requires_grad=True)
+    for k in range(20):
+        for _ in range(2):
+            (x * float(k)).sum().backward()
+    assert len(replay._plans) <= 4 and len(replay._seen) <= 8

@@ -1,0 +1,300 @@
+"""Backward replay: compiled code for a tape structure that repeats.
+
+A training loop records the same tape every step: the same primitives with
+the same attributes, wired the same way, on arrays of the same shapes.  The
+interpreter in ``engine.run`` pays Python dispatch for every node and every
+op of every vjp rule, every step.  This module recognises a repeated tape and
+runs its backward pass as one generated NumPy function instead (the idea of
+PyTorch's "compiled autograd"):
+
+1. ``try_backward`` walks the tape from the loss, in the order the
+   interpreter runs it (newest node first), checks that nothing on it needs
+   the interpreter (hooks, retain_grad, anomaly mode, the profiler,
+   saved-tensor hooks, nodes other than primitives and leaves, freed or
+   modified saved tensors), and builds the structure key: each node's
+   primitive, attributes, wiring, the shapes and dtypes of what it saved, and
+   the Python numbers it saved (they are constants of the code).
+2. The second time a key is seen, ``_build`` runs the very same vjp rules of
+   the registry symbolically (``tensor.vjp_apply``, in the interpreter's
+   order, summing cotangents in the interpreter's order), and the code
+   generator prints the result as one function: saved arrays in, leaf
+   gradients out.  No simplification pass runs on it, so the replay computes
+   the interpreter's operations in the interpreter's order and its results
+   are the same to the last bit.
+3. From then on a backward with that key gathers the saved arrays, calls the
+   function, accumulates into ``.grad`` exactly as the interpreter does, and
+   frees the saved tensors unless ``retain_graph``.
+
+Anything unusual declines (returns False) and the interpreter runs, so every
+documented behaviour and error message stays the interpreter's.
+``set_backward_replay(False)`` (or ``TRACEGRAD_BACKWARD_REPLAY=0`` in the
+environment) turns the replay off.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import warnings
+from operator import attrgetter
+
+import numpy as np
+
+import tracegrad.autograd.engine as _engine  # (engine imports this module too)
+from tracegrad.autograd import graph as _graph
+from tracegrad.autograd.grad_mode import state as _mode
+from tracegrad.autograd.graph import AccumulateGrad
+from tracegrad.autograd.profiler_state import _state as _prof_state
+from tracegrad.tensor import PrimNode, Tensor
+
+_ndarray = np.ndarray
+
+# Tapes longer than this run in the interpreter: compiling them would cost
+# more than a replay saves over a few steps.
+MAX_NODES = 400
+# How many times a structure is seen before it is compiled (the first
+# backward of a loop runs interpreted, the second compiles and replays).
+COMPILE_AFTER = 2
+# Bounds on remembered structures, so a program whose tape changes every step
+# (data-dependent control flow) does not grow memory.
+MAX_PLANS = 128
+MAX_SEEN = 1024
+
+_enabled = os.environ.get("TRACEGRAD_BACKWARD_REPLAY", "1") not in ("0", "false", "no", "off")
+_plans = {}   # structure key -> _Plan (or _NO_PLAN)
+_seen = {}    # structure key -> times seen before it got a plan
+_by_seq = attrgetter("seq")
+_NO_PLAN = object()  # the key's tape cannot be compiled: interpret it
+_LEAF = "leaf"
+stats = {"replays": 0, "compiles": 0, "declined": 0}
+
+
+def set_backward_replay(enabled: bool) -> bool:
+    """Turn compiled replay of repeated backward passes on or off; returns
+    the previous setting.  Results are the same either way."""
+    global _enabled
+    prev = _enabled
+    _enabled = bool(enabled)
+    return prev
+
+
+def is_backward_replay_enabled() -> bool:
+    return _enabled
+
+
+def clear():
+    """Forget every compiled tape structure (and zero the counters)."""
+    _plans.clear()
+    _seen.clear()
+    for k in stats:
+        stats[k] = 0
+
+
+class _Plan:
+    __slots__ = ("fn", "leaves", "source")
+
+    def __init__(self, fn, leaves, source):
+        self.fn = fn            # generated function: saved arrays -> leaf gradients
+        self.leaves = leaves    # positions (in the walk) of the leaves it returns
+        self.source = source
+
+
+def _walk(root):
+    """Every node reachable from ``root``, newest first: the order in which
+    the interpreter runs them (a node is always newer than its inputs)."""
+    nodes = [root]
+    seen = {root}
+    stack = [root]
+    while stack:
+        for nf in stack.pop().next_functions:
+            m = None if nf is None else nf[0]
+            if m is not None and m not in seen:
+                seen.add(m)
+                nodes.append(m)
+                stack.append(m)
+    nodes.sort(key=_by_seq, reverse=True)
+    return nodes
+
+
+def _gather(nodes, g0):
+    """(structure key, saved arrays) of the tape, or None when some node
+    needs the interpreter.  The arrays come in the order ``_build`` reads
+    them: the seed, then per node its saved operands and saved output."""
+    index = {n: i for i, n in enumerate(nodes)}
+    key = [g0.shape, g0.dtype]
+    arrays = [g0]
+    for n in nodes:
+        if n._pre_hooks or n._post_hooks or n._tensor_pre_hooks or n._metadata:
+            return None
+        tn = type(n)
+        if tn is AccumulateGrad:
+            key.append(_LEAF)
+            continue
+        if tn is not PrimNode or n.freed or n._nout != 1:
+            return None
+        attrs = n.attrs
+        nfs = n.next_functions
+        key.append(n.prim)
+        key.append(tuple(attrs.items()) if attrs else ())
+        key.append(len(nfs))
+        for m, nr in nfs:
+            key.append(-1 if m is None else index[m])
+            key.append(nr)
+        saved = n.saved
+        if saved is not None:
+            for a, v in saved:
+                ta = type(a)
+                if ta is Tensor:
+                    if v is not None and a._vbox[0] != v:
+                        return None  # modified in place: the interpreter says so
+                    d = a._data
+                    if type(d) is not _ndarray:
+                        return None
+                    arrays.append(d)
+                    key.append(d.shape)
+                    key.append(d.dtype)
+                elif ta is _ndarray:
+                    arrays.append(a)
+                    key.append(a.shape)
+                    key.append(a.dtype)
+                elif ta is float or ta is int or ta is bool:
+                    key.append(ta)
+                    key.append(a)
+                else:
+                    return None  # packed by saved-tensor hooks, or unusual
+        else:
+            for m in n.in_meta:
+                key.append(type(m))
+                key.append(m)
+        out = n.out_saved
+        if out is not None:
+            if type(out) is not _ndarray or n.out_vbox[0] != n.out_ver:
+                return None
+            arrays.append(out)
+            key.append(out.shape)
+            key.append(out.dtype)
+    return tuple(key), arrays
+
+
+def try_backward(root, g0, retain_graph):
+    """Run ``loss.backward()`` from the node ``root`` with seed ``g0`` (an
+    array) through compiled code; False when the interpreter must run it."""
+    if (not _enabled or _mode.anomaly or _prof_state.current is not None
+            or _graph._saved_hooks.stack):
+        return False
+    nodes = _walk(root)
+    if len(nodes) > MAX_NODES:
+        return False
+    got = _gather(nodes, g0)
+    if got is None:
+        stats["declined"] += 1
+        return False
+    key, arrays = got
+    try:
+        plan = _plans.get(key)
+    except TypeError:  # an unhashable attribute
+        return False
+    if plan is None:
+        n = _seen.get(key, 0) + 1
+        if n < COMPILE_AFTER:
+            if len(_seen) >= MAX_SEEN:
+                _seen.clear()
+            _seen[key] = n
+            return False
+        _seen.pop(key, None)
+        if len(_plans) >= MAX_PLANS:
+            _plans.pop(next(iter(_plans)))
+        plan = _plans[key] = _build(nodes, arrays, key)
+    if plan is _NO_PLAN:
+        return False
+    try:
+        grads = plan.fn(*arrays)
+    except Exception as e:  # a replay bug: the interpreter still gives the answer
+        _plans[key] = _NO_PLAN
+        warnings.warn(f"tracegrad: the compiled backward replay failed ({type(e).__name__}: "
+                      f"{e}); this tape runs in the interpreter from now on. Please report it.",
+                      RuntimeWarning, stacklevel=4)
+        return False
+    accumulate = _engine._accumulate_array
+    for i, gd in zip(plan.leaves, grads):
+        leaf = nodes[i].variable
+        if leaf is not None:
+            accumulate(leaf, gd if type(gd) is _ndarray else np.asarray(gd))
+    if not retain_graph:
+        for n in nodes:
+            n.release()
+    stats["replays"] += 1
+    return True
+
+
+def _build(nodes, arrays, key):
+    """Compile the backward pass of this tape (see the module docstring)."""
+    from tracegrad import codegen, ir, passes
+    from tracegrad.api import _arg_names
+    from tracegrad.cache import _exec_source
+    from tracegrad.ops import add
+    from tracegrad.primitives import Aval
+    from tracegrad.tensor import vjp_apply
+    from tracegrad.trace import Trace
+
+    T = Trace("numpy")
+    names = []
+    pos = 0
+
+    def saved_input(name):
+        nonlocal pos
+        a = arrays[pos]
+        pos += 1
+        names.append(name)
+        return T.new_input(Aval(a.shape, a.dtype), name)
+
+    index = {n: i for i, n in enumerate(nodes)}
+    cts = {0: saved_input("grad")}
+    leaves, outputs = [], []
+    raw_before = _mode.raw
+    _mode.raw = True  # constant parts of a rule compute as they do in the interpreter
+    try:
+        for i, n in enumerate(nodes):
+            g = cts.pop(i, None)
+            if type(n) is AccumulateGrad:
+                if g is not None:
+                    leaves.append(i)
+                    outputs.append(g)
+                continue
+            prim = n.prim
+            if n.saved is not None:
+                inputs = [saved_input(f"n{i}_in{k}") if type(a) is Tensor or type(a) is _ndarray
+                          else a for k, (a, _) in enumerate(n.saved)]
+                metas = inputs
+            else:
+                inputs = metas = n.in_meta
+            out = saved_input(f"n{i}_out") if n.out_saved is not None else None
+            if g is None:
+                continue  # no gradient reached this node: nothing flows on
+            T.loc_override = ("tape", i, "?", f"{prim.backward_name}, tape node {i}")
+            nfs = n.next_functions
+            in_cts = vjp_apply(prim, n.attrs, g, out, inputs, metas,
+                               [m is not None for m, _ in nfs])
+            for (m, _), ct in zip(nfs, in_cts):
+                if m is None or ct is None:
+                    continue
+                j = index[m]
+                cur = cts.get(j)
+                cts[j] = ct if cur is None else add(cur, ct)
+        T.outputs = [T.operand(o) for o in outputs]
+        g = ir.from_trace(T)
+        passes.dead_code_elimination(g)
+        khash = hashlib.sha256(repr(key).encode()).hexdigest()[:32]
+        doc = (f"Backward of an eager tape of {len(nodes)} nodes, replayed: saved arrays in, "
+               f"gradients of its {len(leaves)} leaves out.")
+        source = codegen.generate_numpy([(g, "backward", _arg_names(names), doc)],
+                                        source="eager tape", transform="backward replay",
+                                        key=khash)
+        fn = _exec_source(source, f"<tracegrad backward replay {khash[:12]}>", khash)["backward"]
+    except Exception:
+        # A rule that cannot run symbolically (or has no vjp): the
+        # interpreter runs this tape and reports any real error itself.
+        return _NO_PLAN
+    finally:
+        _mode.raw = raw_before
+    stats["compiles"] += 1
+    return _Plan(fn, tuple(leaves), source)
