@@ -368,8 +368,9 @@ def _push_negations(g, v, d, op, ops):
     return None
 
 
-def _simplify_node(g, v):
-    """One algebraic rewrite at v; returns the node that replaces v, or None."""
+def _simplify_node(g, v, exact=False):
+    """One algebraic rewrite at v; returns the node that replaces v, or None.
+    exact: only rewrites that compute the same floating-point numbers."""
     d = g.nodes[v]
     op = d["op"]
     ops = ir.operands(g, v)
@@ -377,12 +378,16 @@ def _simplify_node(g, v):
     if prim is not None and prim.elementwise and len(ops) > 1:
         _drop_explicit_broadcasts(g, v, d, ops)
         ops = ir.operands(g, v)
-        if any(g.nodes[w]["op"] != "const" for w in ops):
+        if not exact and any(g.nodes[w]["op"] != "const" for w in ops):
             _uniform_constants_to_scalars(g, v, d, ops)
-    for rule in (_push_scalar_through_broadcast, _collect_constants, _push_negations):
+    rules = ((_push_scalar_through_broadcast, _push_negations) if exact else
+             (_push_scalar_through_broadcast, _collect_constants, _push_negations))
+    for rule in rules:
         new = rule(g, v, d, op, ops)
         if new is not None:
             return new
+    if exact:
+        return _exact_identity(g, v, d, op, ops)
     if op == "matmul" and g.nodes[ops[0]]["op"] == "basis" and \
             len(g.nodes[ops[0]]["shape"]) == 2 and _same_type(g, ops[1], v):
         return ops[1]  # identity @ M
@@ -404,6 +409,31 @@ def _simplify_node(g, v):
     if op == "pow" and _is_scalar_const(g, ops[1], 2) and _same_type(g, ops[0], v):
         # x ** 2 -> x * x: one multiply instead of a pow
         return add_node(g, "mul", [ops[0], ops[0]], {}, d["shape"], d["dtype"], d.get("loc"))
+    if op == "sum":
+        (a,) = ops
+        da = g.nodes[a]
+        if da["op"] == "broadcast_to":
+            # sum over exactly the broadcast axes of broadcast_to(x) is x * n
+            x = ir.operands(g, a)[0]
+            xs = g.nodes[x]["shape"]
+            full = da["shape"]
+            lead = len(full) - len(xs)
+            bcast = {i for i in range(len(full))
+                     if i < lead or (xs[i - lead] == 1 and full[i] != 1)}
+            axes = set(d["attrs"]["axis"])
+            if bcast and axes == bcast and np.issubdtype(d["dtype"], np.inexact):
+                n = int(np.prod([full[i] for i in axes]))
+                xr = x
+                if tuple(xs) != tuple(d["shape"]):
+                    xr = add_node(g, "reshape", [x], {"shape": tuple(d["shape"])}, d["shape"],
+                                  g.nodes[x]["dtype"], d.get("loc"))
+                c = add_node(g, "const", [], {}, (), np.float64, value=float(n))
+                return add_node(g, "mul", [xr, c], {}, d["shape"], d["dtype"], d.get("loc"))
+    return _exact_identity(g, v, d, op, ops)
+
+
+def _exact_identity(g, v, d, op, ops):
+    """x * 1, x + 0, -(-x), a reshape or cast to what x already is...: x."""
     if op == "mul":
         a, b = ops
         if _is_scalar_const(g, b, 1) and _same_type(g, a, v):
@@ -447,35 +477,15 @@ def _simplify_node(g, v):
             if comp == tuple(range(len(comp))):
                 return inner
             return add_node(g, "transpose", [inner], {"axes": comp}, d["shape"], d["dtype"], d.get("loc"))
-    elif op == "sum":
-        (a,) = ops
-        da = g.nodes[a]
-        if da["op"] == "broadcast_to":
-            # sum over exactly the broadcast axes of broadcast_to(x) is x * n
-            x = ir.operands(g, a)[0]
-            xs = g.nodes[x]["shape"]
-            full = da["shape"]
-            lead = len(full) - len(xs)
-            bcast = {i for i in range(len(full))
-                     if i < lead or (xs[i - lead] == 1 and full[i] != 1)}
-            axes = set(d["attrs"]["axis"])
-            if bcast and axes == bcast and np.issubdtype(d["dtype"], np.inexact):
-                n = int(np.prod([full[i] for i in axes]))
-                xr = x
-                if tuple(xs) != tuple(d["shape"]):
-                    xr = add_node(g, "reshape", [x], {"shape": tuple(d["shape"])}, d["shape"],
-                                  g.nodes[x]["dtype"], d.get("loc"))
-                c = add_node(g, "const", [], {}, (), np.float64, value=float(n))
-                return add_node(g, "mul", [xr, c], {}, d["shape"], d["dtype"], d.get("loc"))
     return None
 
 
-def simplify(g):
+def simplify(g, exact=False):
     changed = False
     for v in ir.topo_order(g):
         if v not in g or g.nodes[v]["op"] in ("input", "const", "proj"):
             continue
-        new = _simplify_node(g, v)
+        new = _simplify_node(g, v, exact)
         if new is not None and new != v:
             replace_uses(g, v, new)
             changed = True
@@ -514,11 +524,12 @@ def common_subexpression_elimination(g):
     return changed
 
 
-def optimize(g, validate=False):
-    """Run the passes until nothing changes."""
+def optimize(g, validate=False, exact=False):
+    """Run the passes until nothing changes.  exact: only rewrites that keep
+    every floating-point result as it was (no folding, no reassociation)."""
     for _ in range(10):
-        changed = constant_folding(g)
-        changed |= simplify(g)
+        changed = False if exact else constant_folding(g)
+        changed |= simplify(g, exact)
         changed |= common_subexpression_elimination(g)
         changed |= dead_code_elimination(g)
         if validate:

@@ -120,12 +120,12 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False,
             and type(tensors._data) is np.ndarray):
         # the common case, loss.backward(): skip the general argument handling,
         # and replay compiled code when this tape's structure repeats
-        seed = np.ones(tensors._data.shape, tensors._data.dtype)
+        d = tensors._data
         if (inputs is None and not create_graph and tensors.grad_fn is not None
-                and _replay.try_backward(tensors.grad_fn, seed, retain_graph)):
+                and _replay.try_backward(tensors.grad_fn, d.shape, d.dtype, retain_graph)):
             return
         tensors = (tensors,)
-        roots = [Tensor(seed)]
+        roots = [Tensor(np.ones(d.shape, d.dtype))]
     else:
         tensors = _as_tuple(tensors)
         grad_tensors = ([None] * len(tensors) if grad_tensors is None

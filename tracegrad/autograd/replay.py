@@ -18,9 +18,10 @@ PyTorch's "compiled autograd"):
    the registry symbolically (``tensor.vjp_apply``, in the interpreter's
    order, summing cotangents in the interpreter's order), and the code
    generator prints the result as one function: saved arrays in, leaf
-   gradients out.  No simplification pass runs on it, so the replay computes
-   the interpreter's operations in the interpreter's order and its results
-   are the same to the last bit.
+   gradients out.  Only the exact passes run on it (no folding, no
+   reassociation: ``passes.optimize(exact=True)``), so the replay computes
+   the interpreter's numbers in the interpreter's order and its results are
+   the same to the last bit.
 3. From then on a backward with that key gathers the saved arrays, calls the
    function, accumulates into ``.grad`` exactly as the interpreter does, and
    frees the saved tensors unless ``retain_graph``.
@@ -115,30 +116,37 @@ def _walk(root):
     return nodes
 
 
-def _gather(nodes, g0):
+def _gather(nodes, seed):
     """(structure key, saved arrays) of the tape, or None when some node
     needs the interpreter.  The arrays come in the order ``_build`` reads
-    them: the seed, then per node its saved operands and saved output."""
-    index = {n: i for i, n in enumerate(nodes)}
-    key = [g0.shape, g0.dtype]
-    arrays = [g0]
+    them: the seed, then per node its saved operands and saved output.
+
+    The key is flat; it cannot confuse two tapes because each node's part
+    starts with its primitive and operand count, an edge is an int, and
+    every operand adds a pair: (shape, dtype), (type, number) or (type,
+    Aval)."""
+    index = dict(zip(nodes, range(len(nodes))))
+    key = [seed.shape, seed.dtype]
+    arrays = [seed]
+    put = key.append
+    keep = arrays.append
     for n in nodes:
         if n._pre_hooks or n._post_hooks or n._tensor_pre_hooks or n._metadata:
             return None
         tn = type(n)
         if tn is AccumulateGrad:
-            key.append(_LEAF)
+            put(_LEAF)
             continue
         if tn is not PrimNode or n.freed or n._nout != 1:
             return None
         attrs = n.attrs
         nfs = n.next_functions
-        key.append(n.prim)
-        key.append(tuple(attrs.items()) if attrs else ())
-        key.append(len(nfs))
-        for m, nr in nfs:
-            key.append(-1 if m is None else index[m])
-            key.append(nr)
+        put(n.prim)
+        put(tuple(attrs.items()) if attrs else ())
+        put(len(nfs))
+        # (an edge's output number is 0: a node with several outputs declined above)
+        for m, _ in nfs:
+            put(-1 if m is None else index[m])
         saved = n.saved
         if saved is not None:
             for a, v in saved:
@@ -149,42 +157,57 @@ def _gather(nodes, g0):
                     d = a._data
                     if type(d) is not _ndarray:
                         return None
-                    arrays.append(d)
-                    key.append(d.shape)
-                    key.append(d.dtype)
+                    keep(d)
+                    put(d.shape)
+                    put(d.dtype)
                 elif ta is _ndarray:
-                    arrays.append(a)
-                    key.append(a.shape)
-                    key.append(a.dtype)
+                    keep(a)
+                    put(a.shape)
+                    put(a.dtype)
                 elif ta is float or ta is int or ta is bool:
-                    key.append(ta)
-                    key.append(a)
+                    put(ta)
+                    put(a)
                 else:
                     return None  # packed by saved-tensor hooks, or unusual
         else:
             for m in n.in_meta:
-                key.append(type(m))
-                key.append(m)
+                put(type(m))
+                put(m)
         out = n.out_saved
         if out is not None:
             if type(out) is not _ndarray or n.out_vbox[0] != n.out_ver:
                 return None
-            arrays.append(out)
-            key.append(out.shape)
-            key.append(out.dtype)
+            keep(out)
+            put(out.shape)
+            put(out.dtype)
     return tuple(key), arrays
 
 
-def try_backward(root, g0, retain_graph):
-    """Run ``loss.backward()`` from the node ``root`` with seed ``g0`` (an
-    array) through compiled code; False when the interpreter must run it."""
+_seeds = {}
+
+
+def _seed(shape, dtype):
+    """The loss's cotangent, ones: one read-only array per shape and dtype
+    (generated code never writes into its arguments)."""
+    s = _seeds.get((shape, dtype))
+    if s is None:
+        s = np.ones(shape, dtype)
+        s.flags.writeable = False
+        _seeds[(shape, dtype)] = s
+    return s
+
+
+def try_backward(root, shape, dtype, retain_graph):
+    """Run ``loss.backward()`` from the node ``root`` (the loss has ``shape``
+    and ``dtype``, its cotangent is ones) through compiled code; False when
+    the interpreter must run it."""
     if (not _enabled or _mode.anomaly or _prof_state.current is not None
             or _graph._saved_hooks.stack):
         return False
     nodes = _walk(root)
     if len(nodes) > MAX_NODES:
         return False
-    got = _gather(nodes, g0)
+    got = _gather(nodes, _seed(shape, dtype))
     if got is None:
         stats["declined"] += 1
         return False
@@ -282,7 +305,7 @@ def _build(nodes, arrays, key):
                 cts[j] = ct if cur is None else add(cur, ct)
         T.outputs = [T.operand(o) for o in outputs]
         g = ir.from_trace(T)
-        passes.dead_code_elimination(g)
+        passes.optimize(g, exact=True)
         khash = hashlib.sha256(repr(key).encode()).hexdigest()[:32]
         doc = (f"Backward of an eager tape of {len(nodes)} nodes, replayed: saved arrays in, "
                f"gradients of its {len(leaves)} leaves out.")
