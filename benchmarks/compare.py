@@ -149,7 +149,8 @@ def interleaved_row(name, base_fn, fns, rounds=21, batch_time=0.02):
             for _ in range(n):
                 fn()
             samples[k].append((time.perf_counter() - t0) / n)
-    out = {"workload": name, "numpy_s": statistics.median(samples["numpy"])}
+    out = {"workload": name, "numpy_s": statistics.median(samples["numpy"]),
+           "samples": samples}
     for k in fns:
         out[k] = statistics.median(a / b for a, b in zip(samples[k], samples["numpy"]))
     return out

@@ -11,10 +11,14 @@ Two workloads, each timed in this one run and printed as ratios:
 The baseline is a hand-written NumPy forward with its analytic gradient.
 torch eager (CPU) joins in when ``import torch`` works (install it in a
 separate environment; it is never a dependency of tracegrad).  Every number
-is the median over many repeats of a batch of calls; BLAS and torch run on
-one thread.
+comes from rounds that time NumPy, tracegrad and torch one after the other
+(``compare.interleaved_row``): a ratio is the median over rounds of the two
+times in the same round, so load that drifts during the run cancels out.
+BLAS and torch run on one thread.  tracegrad's eager backward replays a
+repeated tape through generated code (``tracegrad/autograd/replay.py``);
+``--no-replay`` measures the interpreter alone.
 
-    python benchmarks/eager_overhead.py [--repeats 200] [--only mlp|rosenbrock]
+    python benchmarks/eager_overhead.py [--rounds 41] [--only mlp|rosenbrock] [--no-replay]
 """
 import os
 
@@ -24,30 +28,18 @@ for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import argparse  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
-import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import tracegrad as tg  # noqa: E402
+from compare import interleaved_row  # noqa: E402  (benchmarks/compare.py)
 
 try:
     import torch  # noqa: E402
     torch.set_num_threads(1)
 except ImportError:  # pragma: no cover - torch is optional
     torch = None
-
-
-def bench(fn, repeats, inner, warmup=3):
-    for _ in range(warmup * inner):
-        fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        times.append((time.perf_counter() - t0) / inner)
-    return statistics.median(times)
 
 
 # --- MLP training step -----------------------------------------------------------
@@ -145,12 +137,17 @@ def check_close(name, a, b):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeats", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=41)
     ap.add_argument("--only", choices=("mlp", "rosenbrock"))
+    ap.add_argument("--no-replay", action="store_true",
+                    help="run every backward in the interpreter (no compiled replay)")
     args = ap.parse_args(argv)
+    if args.no_replay:
+        tg.autograd.set_backward_replay(False)
     print(f"tracegrad {tg.__version__}, numpy {np.__version__}"
           + (f", torch {torch.__version__} ({torch.get_num_threads()} thread)" if torch else
-             ", torch not importable"))
+             ", torch not importable")
+          + (", backward replay off" if args.no_replay else ""))
     rows = []
 
     if args.only in (None, "mlp"):
@@ -162,39 +159,44 @@ def main(argv=None):
         tg_step()
         for a, b in zip(np_params, tg_params):
             check_close("mlp", b, a)
-        timings = {"numpy": bench(np_step, args.repeats, 5),
-                   "tracegrad": bench(tg_step, args.repeats, 5)}
+        fns = {"tracegrad": tg_step}
         if torch is not None:
-            th_step, _ = mlp_eager(torch, d)
-            timings["torch"] = bench(th_step, args.repeats, 5)
-        rows.append(("mlp step (256x64, hidden 256)", timings))
+            fns["torch"] = mlp_eager(torch, d)[0]
+        rows.append(interleaved_row("mlp step (256x64, hidden 256)", np_step, fns,
+                                    rounds=args.rounds))
 
     if args.only in (None, "rosenbrock"):
         x0 = np.random.default_rng(1).uniform(-1.5, 1.5, 16)
         np_vg = rosen_numpy(x0)
-        if not hasattr(tg.Tensor, "__getitem__") or "getitem" not in tg.primitives.REGISTRY:
-            print("rosenbrock: skipped (tracegrad has no getitem op yet)")
-        else:
-            tg_vg = rosen_eager(tg, x0)
-            f0, g0 = np_vg()
+        tg_vg = rosen_eager(tg, x0)
+        f0, g0 = np_vg()
+        for _ in range(3):  # the interpreted, the compiled and a replayed backward
             f1, g1 = tg_vg()
             check_close("rosenbrock value", f1, f0)
             check_close("rosenbrock grad", g1, g0)
-            timings = {"numpy": bench(np_vg, args.repeats, 50),
-                       "tracegrad": bench(tg_vg, args.repeats, 50)}
-            if torch is not None:
-                timings["torch"] = bench(rosen_eager(torch, x0), args.repeats, 50)
-            rows.append(("rosenbrock grad (16 elements)", timings))
+        fns = {"tracegrad": tg_vg}
+        if torch is not None:
+            fns["torch"] = rosen_eager(torch, x0)
+        rows.append(interleaved_row("rosenbrock grad (16 elements)", np_vg, fns,
+                                    rounds=args.rounds))
 
     print()
     print(f"{'workload':32s} {'numpy':>10s} {'tracegrad':>10s} {'torch':>10s}"
           f" {'tg/numpy':>9s} {'torch/numpy':>11s} {'tg/torch':>9s}")
-    for name, t in rows:
-        th = t.get("torch")
-        print(f"{name:32s} {t['numpy'] * 1e6:8.1f}us {t['tracegrad'] * 1e6:8.1f}us "
-              + (f"{th * 1e6:8.1f}us" if th else f"{'-':>10s}")
-              + f" {t['tracegrad'] / t['numpy']:8.2f}x"
-              + (f" {th / t['numpy']:10.2f}x {t['tracegrad'] / th:8.2f}x" if th else ""))
+    for r in rows:
+        smp = r["samples"]
+        med = {k: statistics.median(v) for k, v in smp.items()}
+        line = (f"{r['workload']:32s} {med['numpy'] * 1e6:8.1f}us "
+                f"{med['tracegrad'] * 1e6:8.1f}us ")
+        if "torch" in smp:
+            tg_torch = statistics.median(a / b for a, b in zip(smp["tracegrad"], smp["torch"]))
+            line += (f"{med['torch'] * 1e6:8.1f}us {r['tracegrad']:8.2f}x {r['torch']:10.2f}x "
+                     f"{tg_torch:8.2f}x")
+            r["tracegrad/torch"] = tg_torch
+        else:
+            line += f"{'-':>10s} {r['tracegrad']:8.2f}x"
+        print(line)
+    print("\n(times: medians over rounds; ratios: medians over rounds of the ratio within a round)")
     return rows
 
 
