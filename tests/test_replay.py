@@ -314,3 +314,6 @@ def test_remembered_structures_are_bounded(monkeypatch):
         for _ in range(2):
             (x * float(k)).sum().backward()
     assert len(replay._plans) <= 4 and len(replay._seen) <= 8
+    import linecache
+    held = [k for k in linecache.cache if str(k).startswith("<tracegrad backward replay")]
+    assert len(held) <= 4  # an evicted plan's source leaves linecache too

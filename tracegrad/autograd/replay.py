@@ -84,6 +84,8 @@ def is_backward_replay_enabled() -> bool:
 
 def clear():
     """Forget every compiled tape structure (and zero the counters)."""
+    for plan in _plans.values():
+        _forget(plan)
     _plans.clear()
     _seen.clear()
     for k in stats:
@@ -91,12 +93,19 @@ def clear():
 
 
 class _Plan:
-    __slots__ = ("fn", "leaves", "source")
+    __slots__ = ("fn", "leaves", "source", "filename")
 
-    def __init__(self, fn, leaves, source):
+    def __init__(self, fn, leaves, source, filename):
         self.fn = fn            # generated function: saved arrays -> leaf gradients
         self.leaves = leaves    # positions (in the walk) of the leaves it returns
         self.source = source
+        self.filename = filename  # its name in tracebacks (linecache holds the source)
+
+
+def _forget(plan):
+    if type(plan) is _Plan:
+        import linecache
+        linecache.cache.pop(plan.filename, None)
 
 
 def _walk(root):
@@ -225,13 +234,14 @@ def try_backward(root, shape, dtype, retain_graph):
             return False
         _seen.pop(key, None)
         if len(_plans) >= MAX_PLANS:
-            _plans.pop(next(iter(_plans)))
+            _forget(_plans.pop(next(iter(_plans))))
         plan = _plans[key] = _build(nodes, arrays, key)
     if plan is _NO_PLAN:
         return False
     try:
         grads = plan.fn(*arrays)
     except Exception as e:  # a replay bug: the interpreter still gives the answer
+        _forget(plan)
         _plans[key] = _NO_PLAN
         warnings.warn(f"tracegrad: the compiled backward replay failed ({type(e).__name__}: "
                       f"{e}); this tape runs in the interpreter from now on. Please report it.",
@@ -312,7 +322,8 @@ def _build(nodes, arrays, key):
         source = codegen.generate_numpy([(g, "backward", _arg_names(names), doc)],
                                         source="eager tape", transform="backward replay",
                                         key=khash)
-        fn = _exec_source(source, f"<tracegrad backward replay {khash[:12]}>", khash)["backward"]
+        filename = f"<tracegrad backward replay {khash[:12]}>"
+        fn = _exec_source(source, filename, khash)["backward"]
     except Exception:
         # A rule that cannot run symbolically (or has no vjp): the
         # interpreter runs this tape and reports any real error itself.
@@ -320,4 +331,4 @@ def _build(nodes, arrays, key):
     finally:
         _mode.raw = raw_before
     stats["compiles"] += 1
-    return _Plan(fn, tuple(leaves), source)
+    return _Plan(fn, tuple(leaves), source, filename)
