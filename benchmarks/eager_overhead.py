@@ -170,7 +170,7 @@ def main(argv=None):
         np_vg = rosen_numpy(x0)
         tg_vg = rosen_eager(tg, x0)
         f0, g0 = np_vg()
-        for _ in range(3):  # the interpreted, the compiled and a replayed backward
+        for _ in range(4):  # interpreted backwards, then the compiled replay
             f1, g1 = tg_vg()
             check_close("rosenbrock value", f1, f0)
             check_close("rosenbrock grad", g1, g0)

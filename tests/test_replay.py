@@ -18,9 +18,12 @@ from test_ops_registry import DIFF_CASES, _bind, _draw, _float_outs, _impl, _rng
 
 
 @pytest.fixture(autouse=True)
-def fresh_replay():
+def fresh_replay(monkeypatch):
     replay.clear()
     prev = replay.set_backward_replay(True)
+    # compile at a structure's second sighting (the default waits for the
+    # third), so the tests below need one step less
+    monkeypatch.setattr(replay, "COMPILE_AFTER", 2)
     yield
     replay.set_backward_replay(prev)
     replay.clear()
@@ -264,7 +267,7 @@ def test_the_generated_code_is_readable_and_names_tape_nodes():
         (x.exp() * 2).sum().backward()
     (plan,) = replay._plans.values()
     assert "def backward(grad," in plan.source
-    assert "ExpBackward0, tape node" in plan.source
+    assert "# <tape node>:2 (ExpBackward0)" in plan.source
     assert "np.exp" not in plan.source.split("def backward")[1]  # exp's vjp reads its saved output
 
 
@@ -317,3 +320,16 @@ def test_remembered_structures_are_bounded(monkeypatch):
     import linecache
     held = [k for k in linecache.cache if str(k).startswith("<tracegrad backward replay")]
     assert len(held) <= 4  # an evicted plan's source leaves linecache too
+
+
+def test_by_default_a_structure_compiles_at_its_third_sighting(monkeypatch):
+    monkeypatch.undo()  # the default COMPILE_AFTER
+    assert replay.COMPILE_AFTER == 3
+    x = tg.tensor(np.arange(3.0), requires_grad=True)
+    seen = []
+    for _ in range(4):
+        (x * x).sum().backward()
+        seen.append(dict(replay.stats))
+    assert [s["compiles"] for s in seen] == [0, 0, 1, 1]
+    assert [s["replays"] for s in seen] == [0, 0, 1, 2]
+    np.testing.assert_array_equal(x.grad.numpy(), 4 * 2 * np.arange(3.0))

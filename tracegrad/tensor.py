@@ -1005,7 +1005,9 @@ def eager_bind(prim, args, attrs):
                 arrays.append(d)
                 if a._requires_grad:
                     needs_grad = True
-                    edges.append(_edge_of(a))
+                    fn = a.grad_fn  # _edge_of, inlined
+                    edges.append((fn, a._output_nr) if fn is not None
+                                 else (a._accumulate_node(), 0))
                 else:
                     edges.append(_NO_EDGE)
             elif ta is float or ta is int or ta is _ndarray or ta is bool:

@@ -14,7 +14,7 @@ PyTorch's "compiled autograd"):
    modified saved tensors), and builds the structure key: each node's
    primitive, attributes, wiring, the shapes and dtypes of what it saved, and
    the Python numbers it saved (they are constants of the code).
-2. The second time a key is seen, ``_build`` runs the very same vjp rules of
+2. The third time a key is seen, ``_build`` runs the very same vjp rules of
    the registry symbolically (``tensor.vjp_apply``, in the interpreter's
    order, summing cotangents in the interpreter's order), and the code
    generator prints the result as one function: saved arrays in, leaf
@@ -52,9 +52,10 @@ _ndarray = np.ndarray
 # Tapes longer than this run in the interpreter: compiling them would cost
 # more than a replay saves over a few steps.
 MAX_NODES = 400
-# How many times a structure is seen before it is compiled (the first
-# backward of a loop runs interpreted, the second compiles and replays).
-COMPILE_AFTER = 2
+# How many times a structure is seen before it is compiled: a script that
+# calls backward once or twice never pays for the compiler (about 0.2 s to
+# import it, then some milliseconds per tape); a loop compiles early on.
+COMPILE_AFTER = 3
 # Bounds on remembered structures, so a program whose tape changes every step
 # (data-dependent control flow) does not grow memory.
 MAX_PLANS = 128
@@ -303,7 +304,8 @@ def _build(nodes, arrays, key):
             out = saved_input(f"n{i}_out") if n.out_saved is not None else None
             if g is None:
                 continue  # no gradient reached this node: nothing flows on
-            T.loc_override = ("tape", i, "?", f"{prim.backward_name}, tape node {i}")
+            # "<...>": linecache knows such a name is no file and looks no further
+            T.loc_override = ("<tape node>", i, "?", prim.backward_name)
             nfs = n.next_functions
             in_cts = vjp_apply(prim, n.attrs, g, out, inputs, metas,
                                [m is not None for m, _ in nfs])
@@ -318,7 +320,7 @@ def _build(nodes, arrays, key):
         passes.optimize(g, exact=True)
         khash = hashlib.sha256(repr(key).encode()).hexdigest()[:32]
         doc = (f"Backward of an eager tape of {len(nodes)} nodes, replayed: saved arrays in, "
-               f"gradients of its {len(leaves)} leaves out.")
+               f"the gradient of each of its {len(leaves)} leaf tensors out.")
         source = codegen.generate_numpy([(g, "backward", _arg_names(names), doc)],
                                         source="eager tape", transform="backward replay",
                                         key=khash)
