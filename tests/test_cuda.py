@@ -119,6 +119,11 @@ def sumsq_int(x, k):
     return np.sum((x * k) ** 2)
 
 
+def floor_mod(x, k):
+    # floor division and remainder of floats and of (negative) integers
+    return np.sum((x // 0.3) * x + x % 0.7 + (k // 2) * x + k % 3)
+
+
 def _r(rng, *shape):
     return rng.normal(size=shape)
 
@@ -153,6 +158,7 @@ CORPUS = {
     "logaddexp": (logaddexp_fn, lambda r: (_r(r, 17), _r(r, 17)), (0, 1), ()),
     "vec_field": (vec_field, lambda r: (_r(r, 6),), None, ("jacobian",)),
     "sumsq_int": (sumsq_int, lambda r: (_r(r, 4, 3), r.integers(1, 4, 3)), 0, ()),
+    "floor_mod": (floor_mod, lambda r: (_r(r, 9), r.integers(-7, 8, 9)), 0, ()),
 }
 FLOAT32 = ("w2", "bcast_chain", "mlp_loss", "softmax_xent", "rosenbrock", "logreg", "special",
            "normalize")
@@ -475,3 +481,26 @@ def test_gpu_benchmark_runs_emulated():
                        env=dict(os.environ, PYTHONPATH=ROOT, TRACEGRAD_CACHE="0"))
     assert r.returncode == 0, r.stderr[-3000:]
     assert "W2" in r.stdout and "MLP" in r.stdout and "kernels" in r.stdout
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.float64, np.float32])
+def test_floor_division_and_remainder_follow_numpy_on_every_sign(emulator, dtype):
+    # C's / and % truncate towards zero; NumPy (and Python) floor.  Floats
+    # include the divmod rounding cases (1 // 0.1 == 9) and zero divisors.
+    if np.dtype(dtype).kind == "i":
+        a = np.array([7, -7, 7, -7, 0, 6, -6, 5, -5, 3], dtype)
+        b = np.array([2, 2, -2, -2, 3, 3, 3, 0, 0, -1], dtype)
+    else:
+        a = np.array([7, -7, 7, -7, 0, 1, -1, 5, -5, 0.5, 3], dtype)
+        b = np.array([2, 2, -2, -2, 3, 0.1, 0.1, 0, 0, -0.25, 3], dtype)
+
+    def f(a, b):
+        return np.floor_divide(a, b), np.remainder(a, b), (a // b) * 2 + a % b
+
+    with np.errstate(all="ignore"):
+        want = f(a, b)
+        got = tg.compile(f, backend="cupy")(emulator.asarray(a), emulator.asarray(b))
+    for g, w in zip(got, want):
+        g = _host(g)
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)

@@ -13,6 +13,7 @@ directly and checks:
 """
 from __future__ import annotations
 
+import os
 import zlib
 
 import numpy as np
@@ -500,8 +501,11 @@ def test_cuda_expressions_compile_for_float_and_double(tmp_path):
         expr = p.cuda.format("a", "b", "c", **{k: repr(v) for k, v in attrs[name].items()})
         for t in ("float", "double"):
             lines.append(f"{t} k_{name}_{t}({t} a, {t} b, {t} c) {{ return ({t})({expr}); }}")
+    from tracegrad.cache import template_dir
+    with open(os.path.join(template_dir(), "cuda_helpers.cuh")) as f:
+        helpers = f.read().replace("__device__ __forceinline__", "inline")
     src = tmp_path / "exprs.cpp"
-    src.write_text(_CUDA_SHIMS + "\n".join(lines) + "\n")
+    src.write_text(_CUDA_SHIMS + helpers + "\n".join(lines) + "\n")
     r = subprocess.run([cxx, "-std=c++17", "-fsyntax-only", str(src)], capture_output=True,
                        text=True)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -248,15 +248,13 @@ logaddexp2_p = def_elementwise(
     save_out=True)
 floor_divide_p = def_elementwise(
     "floor_divide", lambda xp, x, y: xp.floor_divide(x, y), (None, None),
-    "np.floor_divide({0}, {1})", "floor({0} / {1})", save_inputs=False,
+    "np.floor_divide({0}, {1})", "tg_floordiv({0}, {1})", save_inputs=False,
     vjp=(zeros_rule, zeros_rule), jvp=(zeros_rule, zeros_rule))
 # x mod y = x - floor(x / y) * y, the sign following the divisor (Python's %)
 remainder_p = def_elementwise(
     "remainder", lambda xp, x, y: xp.remainder(x, y),
     (lambda out, x, y: 1.0, lambda out, x, y: neg(floor_divide(x, y))),
-    "np.remainder({0}, {1})",
-    "((fmod({0}, {1}) != 0 && ((fmod({0}, {1}) < 0) != ({1} < 0))) "
-    "? fmod({0}, {1}) + {1} : fmod({0}, {1}))")
+    "np.remainder({0}, {1})", "tg_remainder({0}, {1})")
 # C's fmod: x - trunc(x / y) * y, the sign following the dividend
 fmod_p = def_elementwise(
     "fmod", lambda xp, x, y: xp.fmod(x, y),
