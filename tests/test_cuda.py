@@ -124,6 +124,12 @@ def floor_mod(x, k):
     return np.sum((x // 0.3) * x + x % 0.7 + (k // 2) * x + k % 3)
 
 
+def casts(x, k):
+    # astype inside kernels: narrowing, widening, from integers and to bool
+    y = x.astype(np.float32).astype(np.float64) * k.astype(np.float64)
+    return np.sum(y + (x > 0.2).astype(np.float64) + (x * 3).astype(np.int64) * x)
+
+
 def _r(rng, *shape):
     return rng.normal(size=shape)
 
@@ -159,6 +165,7 @@ CORPUS = {
     "vec_field": (vec_field, lambda r: (_r(r, 6),), None, ("jacobian",)),
     "sumsq_int": (sumsq_int, lambda r: (_r(r, 4, 3), r.integers(1, 4, 3)), 0, ()),
     "floor_mod": (floor_mod, lambda r: (_r(r, 9), r.integers(-7, 8, 9)), 0, ()),
+    "casts": (casts, lambda r: (_r(r, 11), r.integers(-5, 6, 11)), 0, ()),
 }
 FLOAT32 = ("w2", "bcast_chain", "mlp_loss", "softmax_xent", "rosenbrock", "logreg", "special",
            "normalize")

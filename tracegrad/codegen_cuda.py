@@ -247,7 +247,9 @@ class Kernel:
                 if dt is not None and np.dtype(dt) != compute and np.dtype(dt).kind != "b":
                     text = f"(({ctype(compute)}){text})"
                 texts.append(text)
-            attrs = {key: _attr_literal(val) for key, val in d["attrs"].items()}
+            # only the attributes the expression prints (astype's dtype is not)
+            attrs = {key: _attr_literal(val) for key, val in d["attrs"].items()
+                     if "{" + key in prim.cuda}
             expr = prim.cuda.format(*texts, **attrs)
             src = _source_comment(d.get("loc"))
             self.body.append({"code": f"const {ctype(out_dt)} v{v} = {expr};",

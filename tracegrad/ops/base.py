@@ -276,7 +276,9 @@ astype_p = register(
     shape=lambda x, dtype: Aval(x.shape, np.dtype(dtype)),
     vjp=(lambda g, out, x, dtype: g,), jvp=(lambda t, out, x, dtype: astype(t, dtype),),
     numpy="{0}.astype({dtype})", save_inputs=False, elementwise=True,
-    cuda=None)
+    # a kernel casts each operand to its node's dtype (and C converts to
+    # bool as "nonzero", as NumPy does), so the cast is the operand itself
+    cuda="{0}")
 stop_gradient_p = register(
     "stop_gradient", lambda xp, x: x, shape=lambda x: x, vjp=(None,), jvp=(None,),
     numpy="{0}", cuda="{0}", save_inputs=False, elementwise=True)
