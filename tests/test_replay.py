@@ -333,3 +333,19 @@ def test_by_default_a_structure_compiles_at_its_third_sighting(monkeypatch):
     assert [s["compiles"] for s in seen] == [0, 0, 1, 1]
     assert [s["replays"] for s in seen] == [0, 0, 1, 2]
     np.testing.assert_array_equal(x.grad.numpy(), 4 * 2 * np.arange(3.0))
+
+
+def test_an_error_in_the_computation_is_the_interpreters_and_keeps_the_plan():
+    # solve's vjp solves with A^T: a matrix that turns singular in place makes
+    # both the replay and the interpreter fail; the user sees NumPy's error
+    A = tg.tensor(np.eye(3) * 2.0)
+    x = tg.tensor(np.ones(3), requires_grad=True)
+    for _ in range(2):
+        tg.linalg.solve(A, x).sum().backward()
+    y = tg.linalg.solve(A, x).sum()
+    A._data[:] = 0.0  # behind autograd's back: A is no saved leaf that requires grad
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(np.linalg.LinAlgError):
+            y.backward()
+    assert any(type(p) is replay._Plan for p in replay._plans.values())

@@ -122,7 +122,7 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False,
         # and replay compiled code when this tape's structure repeats
         d = tensors._data
         if (inputs is None and not create_graph and tensors.grad_fn is not None
-                and _replay.try_backward(tensors.grad_fn, d.shape, d.dtype, retain_graph)):
+                and _replay.try_backward(tensors, retain_graph)):
             return
         tensors = (tensors,)
         roots = [Tensor(np.ones(d.shape, d.dtype))]

@@ -207,17 +207,17 @@ def _seed(shape, dtype):
     return s
 
 
-def try_backward(root, shape, dtype, retain_graph):
-    """Run ``loss.backward()`` from the node ``root`` (the loss has ``shape``
-    and ``dtype``, its cotangent is ones) through compiled code; False when
-    the interpreter must run it."""
+def try_backward(loss, retain_graph):
+    """Run ``loss.backward()`` (a Tensor with a grad_fn, its cotangent
+    ones) through compiled code; False when the interpreter must run it."""
     if (not _enabled or _mode.anomaly or _prof_state.current is not None
             or _graph._saved_hooks.stack):
         return False
-    nodes = _walk(root)
+    nodes = _walk(loss.grad_fn)
     if len(nodes) > MAX_NODES:
         return False
-    got = _gather(nodes, _seed(shape, dtype))
+    d = loss._data
+    got = _gather(nodes, _seed(d.shape, d.dtype))
     if got is None:
         stats["declined"] += 1
         return False
@@ -241,13 +241,21 @@ def try_backward(root, shape, dtype, retain_graph):
         return False
     try:
         grads = plan.fn(*arrays)
-    except Exception as e:  # a replay bug: the interpreter still gives the answer
+        failed = None
+    except Exception as e:
+        failed = e
+    if failed is not None:
+        # The interpreter decides: an error in the computation itself (a
+        # singular matrix in a vjp, say) it raises as always; if it succeeds,
+        # the replay was wrong, which is our bug.
+        _engine.run((loss,), [Tensor(np.ones(d.shape, d.dtype))], retain_graph, False, None,
+                    accumulate=True)
         _forget(plan)
         _plans[key] = _NO_PLAN
-        warnings.warn(f"tracegrad: the compiled backward replay failed ({type(e).__name__}: "
-                      f"{e}); this tape runs in the interpreter from now on. Please report it.",
-                      RuntimeWarning, stacklevel=4)
-        return False
+        warnings.warn(f"tracegrad: the compiled backward replay failed ({type(failed).__name__}: "
+                      f"{failed}) where the interpreter did not; this tape runs in the "
+                      f"interpreter from now on. Please report it.", RuntimeWarning, stacklevel=4)
+        return True
     accumulate = _engine._accumulate_array
     for i, gd in zip(plan.leaves, grads):
         leaf = nodes[i].variable
