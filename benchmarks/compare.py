@@ -337,7 +337,7 @@ def print_table(rows):
     cols = []
     for r in rows:
         for k in r:
-            if k not in ("workload", "numpy_s", "cold_s", "warm_s") and k not in cols:
+            if k not in ("workload", "numpy_s", "cold_s", "warm_s", "samples") and k not in cols:
                 cols.append(k)
     head = f"| {'workload':36s} | {'NumPy (s)':>10s} | " + " | ".join(f"{c:>16s}" for c in cols) + " |"
     print(head)
