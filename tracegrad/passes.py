@@ -526,9 +526,10 @@ def common_subexpression_elimination(g):
 
 def optimize(g, validate=False, exact=False):
     """Run the passes until nothing changes.  exact: only rewrites that keep
-    every floating-point result as it was (no folding, no reassociation)."""
+    every floating-point result as it was (folding evaluates the same
+    operations early; constants are not collected, nothing is reassociated)."""
     for _ in range(10):
-        changed = False if exact else constant_folding(g)
+        changed = constant_folding(g)
         changed |= simplify(g, exact)
         changed |= common_subexpression_elimination(g)
         changed |= dead_code_elimination(g)

@@ -18,10 +18,10 @@ PyTorch's "compiled autograd"):
    the registry symbolically (``tensor.vjp_apply``, in the interpreter's
    order, summing cotangents in the interpreter's order), and the code
    generator prints the result as one function: saved arrays in, leaf
-   gradients out.  Only the exact passes run on it (no folding, no
-   reassociation: ``passes.optimize(exact=True)``), so the replay computes
-   the interpreter's numbers in the interpreter's order and its results are
-   the same to the last bit.
+   gradients out.  Only the exact passes run on it (folding of constants,
+   identities such as x * 1, no reassociation: ``passes.optimize(exact=True)``),
+   so the replay computes the interpreter's numbers in the interpreter's
+   order and its results are the same to the last bit.
 3. From then on a backward with that key gathers the saved arrays, calls the
    function, accumulates into ``.grad`` exactly as the interpreter does, and
    frees the saved tensors unless ``retain_graph``.
@@ -126,18 +126,20 @@ def _walk(root):
     return nodes
 
 
-def _gather(nodes, seed):
+def _gather(nodes, seed_shape, seed_dtype):
     """(structure key, saved arrays) of the tape, or None when some node
     needs the interpreter.  The arrays come in the order ``_build`` reads
-    them: the seed, then per node its saved operands and saved output.
+    them: per node its saved operands, then its saved output.  The loss's
+    cotangent (ones of ``seed_shape`` and ``seed_dtype``) is a constant of
+    the generated code.
 
     The key is flat; it cannot confuse two tapes because each node's part
     starts with its primitive and operand count, an edge is an int, and
     every operand adds a pair: (shape, dtype), (type, number) or (type,
     Aval)."""
     index = dict(zip(nodes, range(len(nodes))))
-    key = [seed.shape, seed.dtype]
-    arrays = [seed]
+    key = [seed_shape, seed_dtype]
+    arrays = []
     put = key.append
     keep = arrays.append
     for n in nodes:
@@ -193,20 +195,6 @@ def _gather(nodes, seed):
     return tuple(key), arrays
 
 
-_seeds = {}
-
-
-def _seed(shape, dtype):
-    """The loss's cotangent, ones: one read-only array per shape and dtype
-    (generated code never writes into its arguments)."""
-    s = _seeds.get((shape, dtype))
-    if s is None:
-        s = np.ones(shape, dtype)
-        s.flags.writeable = False
-        _seeds[(shape, dtype)] = s
-    return s
-
-
 def try_backward(loss, retain_graph):
     """Run ``loss.backward()`` (a Tensor with a grad_fn, its cotangent
     ones) through compiled code; False when the interpreter must run it."""
@@ -217,7 +205,7 @@ def try_backward(loss, retain_graph):
     if len(nodes) > MAX_NODES:
         return False
     d = loss._data
-    got = _gather(nodes, _seed(d.shape, d.dtype))
+    got = _gather(nodes, d.shape, d.dtype)
     if got is None:
         stats["declined"] += 1
         return False
@@ -271,6 +259,7 @@ def try_backward(loss, retain_graph):
 def _build(nodes, arrays, key):
     """Compile the backward pass of this tape (see the module docstring)."""
     from tracegrad import codegen, ir, passes
+    from tracegrad.adjoint import _const_tracer
     from tracegrad.api import _arg_names
     from tracegrad.cache import _exec_source
     from tracegrad.ops import add
@@ -290,7 +279,9 @@ def _build(nodes, arrays, key):
         return T.new_input(Aval(a.shape, a.dtype), name)
 
     index = {n: i for i, n in enumerate(nodes)}
-    cts = {0: saved_input("grad")}
+    # the loss's cotangent is ones: a constant, so the exact passes drop
+    # multiplications by it (x * 1 is x, to the bit)
+    cts = {0: _const_tracer(T, np.ones(key[0], key[1]))}
     leaves, outputs = [], []
     raw_before = _mode.raw
     _mode.raw = True  # constant parts of a rule compute as they do in the interpreter
@@ -327,7 +318,8 @@ def _build(nodes, arrays, key):
         g = ir.from_trace(T)
         passes.optimize(g, exact=True)
         khash = hashlib.sha256(repr(key).encode()).hexdigest()[:32]
-        doc = (f"Backward of an eager tape of {len(nodes)} nodes, replayed: saved arrays in, "
+        doc = (f"Backward of an eager tape of {len(nodes)} nodes (the loss's cotangent is "
+               f"ones), replayed: saved arrays in, "
                f"the gradient of each of its {len(leaves)} leaf tensors out.")
         source = codegen.generate_numpy([(g, "backward", _arg_names(names), doc)],
                                         source="eager tape", transform="backward replay",
