@@ -448,6 +448,62 @@ def test_linalg_functions():
         np.linalg.inv(tg.tensor(rand(3, 4)))
 
 
+def test_qr():
+    for shape in ((5, 3), (3, 3), (3, 5), (2, 4, 3)):
+        a = rand(*shape)
+        check(lambda t: np.linalg.qr(t)[0], lambda m: np.linalg.qr(m)[0], a)
+        check(lambda t: np.linalg.qr(t)[1], lambda m: np.linalg.qr(m)[1], a)
+    a = rand(4, 3)
+    check(lambda t: t.qr()[1], lambda m: np.linalg.qr(m)[1], a)
+    check(lambda t: tg.linalg.qr(t, mode="r"), lambda m: np.linalg.qr(m, mode="r"), a)
+    # Q^T Q = I and QR = A hold on the tape too (their gradients vanish/pass through)
+    q, r = tg.linalg.qr(tg.tensor(a))
+    np.testing.assert_allclose((q.T @ q).numpy(), np.eye(3), atol=1e-12)
+    np.testing.assert_allclose((q @ r).numpy(), a, atol=1e-12)
+    with pytest.raises(NotImplementedError, match="mode='reduced'"):
+        np.linalg.qr(tg.tensor(a), mode="complete")
+    with pytest.raises(np.linalg.LinAlgError, match="expected a matrix"):
+        tg.linalg.qr(tg.tensor(rand(3)))
+
+
+@pytest.mark.parametrize("shape,bshape", [((6, 3), (6,)), ((6, 3), (6, 2)), ((3, 5), (3,)),
+                                          ((4, 4), (4, 2))])
+def test_lstsq_matches_numpy_and_its_gradient_finite_differences(shape, bshape):
+    a, b = rand(*shape), rand(*bshape)
+    x, res, rank, s = np.linalg.lstsq(tg.tensor(a), tg.tensor(b), rcond=None)
+    xw, resw, rankw, sw = np.linalg.lstsq(a, b, rcond=None)
+    np.testing.assert_allclose(x.numpy(), xw, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(res.numpy(), resw, rtol=1e-9, atol=1e-12)
+    assert int(rank) == rankw
+    np.testing.assert_allclose(s.numpy(), sw, rtol=1e-12)
+    check_grad(lambda t, u: np.linalg.lstsq(t, u, rcond=None)[0], a, b)
+    if shape[0] > shape[1]:
+        check_grad(lambda t, u: np.linalg.lstsq(t, u, rcond=None)[1], a, b)
+
+
+def test_lstsq_rank_deficient_gives_the_minimum_norm_solution():
+    a = rand(5, 2) @ rand(2, 4)  # rank 2
+    b = rand(5)
+    x, _, rank, _ = tg.linalg.lstsq(tg.tensor(a), tg.tensor(b))
+    np.testing.assert_allclose(x.numpy(), np.linalg.lstsq(a, b, rcond=None)[0], atol=1e-10)
+    assert int(rank) == 2
+
+
+def test_a_fit_with_lstsq_compiles_and_differentiates_like_eager():
+    A, y = rand(20, 3), rand(20)
+
+    def misfit(w):
+        coef = np.linalg.lstsq(A * w, y, rcond=None)[0]
+        return np.sum((A @ coef - y) ** 2) + np.sum(coef ** 2)
+
+    w = rand(3) + 1.5
+    g_compiled = tg.grad(misfit)(w)
+    t = tg.tensor(w, requires_grad=True)
+    misfit(t).backward()
+    np.testing.assert_allclose(g_compiled, t.grad.numpy(), rtol=1e-9, atol=1e-12)
+    check_grad(lambda t: misfit(t), w)
+
+
 NORMS = [(None, None), (1, None), (2, None), (np.inf, None), (-np.inf, None), (3, None),
          (0, None), (None, 1), (1, 0), ("fro", None), ("nuc", None), (2, (0, 1)),
          (-2, (0, 1)), (1, (1, 0)), (-1, (0, 1)), (np.inf, (0, 1)), (-np.inf, (1, 0))]

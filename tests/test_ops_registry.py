@@ -204,6 +204,10 @@ CASES += [
     Case("svd", [A(4, 3)], id="svd-tall"),
     Case("svd", [A(3, 5)], id="svd-wide"),
     Case("svd", [A(2, 3, 3)], id="svd-batched"),
+    Case("qr", [WELL(3)], id="qr-square"),
+    Case("qr", [A(5, 3)], id="qr-tall"),
+    Case("qr", [A(3, 5)], id="qr-wide"),
+    Case("qr", [A(2, 4, 3)], id="qr-batched"),
 ]
 
 

@@ -1,11 +1,12 @@
 """Linear algebra: products, contractions and np.linalg.
 
-Rows: einsum, inv, solve, det, slogdet, cholesky, eigh, svd (matmul lives in
-base).  dot, vdot, inner, outer, tensordot, kron, cross, trace, diagonal,
-diag, triu, tril, norm, pinv and matrix_power are compositions, so their
+Rows: einsum, inv, solve, det, slogdet, cholesky, eigh, svd, qr (matmul lives
+in base).  dot, vdot, inner, outer, tensordot, kron, cross, trace, diagonal,
+diag, triu, tril, norm, pinv, lstsq and matrix_power are compositions, so their
 gradients come from the rows they use.  The matrix rules follow the standard
 results (Giles 2008 for inv/det/solve, Murray 2016 for cholesky, Townsend
-2016 for svd); rules for eigh and svd are exact for distinct eigen/singular
+2016 for svd, Walter & Lehmann 2018 and Liao et al. 2019 for qr); rules for
+eigh and svd are exact for distinct eigen/singular
 values and, like torch's, infinite where two coincide.
 """
 from __future__ import annotations
@@ -20,13 +21,14 @@ from tracegrad.primitives import Aval, bind, register, broadcast_shapes, result_
 from tracegrad.ops._define import method, implements, axis_arg, norm_axes, _ops
 from tracegrad.ops.base import (add, sub, mul, div, neg, matmul, swapaxes, reshape, transpose,
                                 sum, where, equal, stop_gradient, astype, broadcast_to,
-                                is_value, shape_of, shape_by_eval, _reduced_shape)
+                                is_value, shape_of, shape_by_eval, _reduced_shape, zeros_like_p)
 from tracegrad.ops.elementwise import abs, sqrt, reciprocal, square
 from tracegrad.ops.reductions import amax, amin
 from tracegrad.ops.shape import moveaxis, expand_dims, ravel, stack
 from tracegrad.ops.indexing import getitem, index_add
 
-__all__ = ["einsum", "inv", "inverse", "solve", "det", "slogdet", "cholesky", "eigh", "svd",
+__all__ = ["einsum", "inv", "inverse", "solve", "det", "slogdet", "cholesky", "eigh", "svd", "qr",
+           "lstsq",
            "pinv", "norm", "matrix_power", "dot", "vdot", "inner", "outer", "tensordot", "kron",
            "cross", "trace", "diagonal", "diag", "triu", "tril", "bmm", "mv", "addmm"]
 
@@ -362,6 +364,84 @@ svd_p = register(
     numpy="tuple(np.linalg.svd({0}, full_matrices=False))", save_out=True, save_inputs=False)
 
 
+def _tril_mask(n, k):
+    return np.tril(np.ones((n, n)), k)
+
+
+def _qr_tall_vjp(gq, gr, q, r):
+    """A = QR with A m x n, m >= n.  A_bar = (Q_bar + Q copyltu(M)) R^-T with
+    M = R R_bar^T - Q_bar^T Q, copyltu mirroring M's lower triangle upwards."""
+    n = shape_of(r)[-1]
+    m = None
+    if gr is not None:
+        m = matmul(r, _mT(gr))
+    if gq is not None:
+        qtq = matmul(_mT(gq), q)
+        m = neg(qtq) if m is None else sub(m, qtq)
+    low = mul(m, _tril_mask(n, -1))
+    sym = add(add(low, _mT(low)), mul(m, np.eye(n)))
+    b = matmul(q, sym)
+    if gq is not None:
+        b = add(gq, b)
+    # b R^-T, as the solve R X = b^T, transposed
+    return _mT(bind(solve_p, r, _mT(b)))
+
+
+def _qr_vjp(g, out, a):
+    gq, gr = g
+    q, r = out
+    m, n = shape_of(a)[-2:]
+    if gq is None and gr is None:
+        return (None,)
+    if m >= n:
+        return (_qr_tall_vjp(gq, gr, q, r),)
+    # wide: A = [X | Y], R = [U | V] with X = QU square and V = Q^T Y, so Y's
+    # gradient is Q V_bar and Q gets Y V_bar^T more (Liao et al. 2019)
+    y = a[..., :, m:]
+    gu = None if gr is None else gr[..., :, :m]
+    gv = None if gr is None else gr[..., :, m:]
+    if gv is not None:
+        extra = matmul(y, _mT(gv))
+        gq = extra if gq is None else add(gq, extra)
+    gx = _qr_tall_vjp(gq, gu, q, r[..., :, :m])
+    gy = matmul(q, gv) if gv is not None else mul(y, 0.0)
+    return (_ops.concatenate([gx, gy], axis=-1),)
+
+
+def _qr_tall_jvp(t, q, r):
+    n = shape_of(r)[-1]
+    dx_rinv = matmul(t, inv(r))
+    qt_dx_rinv = matmul(_mT(q), dx_rinv)
+    low = mul(qt_dx_rinv, _tril_mask(n, -1))
+    skew = sub(low, _mT(low))
+    dq = add(matmul(q, sub(skew, qt_dx_rinv)), dx_rinv)
+    dr = matmul(sub(qt_dx_rinv, skew), r)
+    return dq, dr
+
+
+def _qr_jvp(ts, out, a):
+    t = ts[0]
+    q, r = out
+    m, n = shape_of(a)[-2:]
+    if m >= n:
+        return _qr_tall_jvp(t, q, r)
+    dq, du = _qr_tall_jvp(t[..., :, :m], q, r[..., :, :m])
+    dv = add(matmul(_mT(dq), a[..., :, m:]), matmul(_mT(q), t[..., :, m:]))
+    return dq, _ops.concatenate([du, dv], axis=-1)
+
+
+def _qr_shape(a):
+    m, n = a.shape[-2:]
+    k = _builtins.min(m, n)
+    b, dt = tuple(a.shape[:-2]), _float_dtype(a)
+    return Aval(b + (m, k), dt), Aval(b + (k, n), dt)
+
+
+qr_p = register(
+    "qr", lambda xp, a: tuple(xp.linalg.qr(a)), shape=_qr_shape, n_out=2,
+    vjp=_qr_vjp, jvp=_qr_jvp, numpy="tuple(np.linalg.qr({0}))", save_out=True)
+
+
 # --- np.linalg functions ------------------------------------------------------------------------
 
 @method("inverse")
@@ -431,6 +511,52 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
                                   "supported by tracegrad; pass full_matrices=False")
     u, s, vh = bind(svd_p, a)
     return (u, s, vh) if compute_uv else s
+
+
+@method("qr")
+@implements(np.linalg.qr)
+def qr(a, mode="reduced"):
+    """Reduced QR: (Q, R) with Q's columns orthonormal and R upper
+    triangular (R alone for mode="r").  The gradient is defined where A has
+    full rank, for tall, square and wide matrices."""
+    if len(shape_of(a)) < 2:
+        raise np.linalg.LinAlgError(f"qr: expected a matrix, got shape {list(shape_of(a))}")
+    m, n = shape_of(a)[-2:]
+    if mode == "complete" and m > n:
+        raise NotImplementedError("qr(mode='complete') of a tall matrix is not supported by "
+                                  "tracegrad (its extra columns of Q have no gradient); use "
+                                  "mode='reduced'")
+    if mode not in ("reduced", "complete", "r"):
+        raise NotImplementedError(f"qr: mode={mode!r} is not supported; use 'reduced' or 'r'")
+    q, r = bind(qr_p, a)
+    return r if mode == "r" else (q, r)
+
+
+@implements(np.linalg.lstsq)
+def lstsq(a, b, rcond=None):
+    """Least squares as NumPy returns it: (x, residuals, rank, s), with x =
+    pinv(a) @ b (the minimum-norm solution, so rank-deficient a is fine) and
+    its gradient through the SVD.  residuals, the squared norm of each
+    column of a @ x - b, is given whenever a is tall (NumPy leaves it empty
+    when a is rank-deficient); rank is not differentiable."""
+    sa, sb = shape_of(a), shape_of(b)
+    if len(sa) != 2 or len(sb) not in (1, 2) or sb[0] != sa[0]:
+        raise np.linalg.LinAlgError(
+            f"lstsq: a must be a matrix and b a vector or matrix with as many rows; got "
+            f"a of shape {list(sa)} and b of shape {list(sb)}")
+    m, n = sa
+    if rcond is None:
+        rcond = np.finfo(_float_dtype(Aval(sa, a.dtype))).eps * _builtins.max(m, n)
+    x = matmul(pinv(a, rcond), b)
+    s = bind(svd_p, a)[1]
+    rank = sum(_ops.greater(stop_gradient(s), stop_gradient(mul(amax(s), rcond))))
+    if m > n:
+        residuals = sum(square(sub(matmul(a, x), b)), axis=0)
+        if len(sb) == 1:
+            residuals = reshape(residuals, (1,))
+    else:
+        residuals = bind(zeros_like_p, s[:0])  # empty, as NumPy gives it
+    return x, residuals, rank, s
 
 
 @implements(np.linalg.pinv)
