@@ -44,6 +44,7 @@ import tracegrad.autograd.engine as _engine  # (engine imports this module too)
 from tracegrad.autograd import graph as _graph
 from tracegrad.autograd.grad_mode import state as _mode
 from tracegrad.autograd.graph import AccumulateGrad
+from tracegrad import primitives
 from tracegrad.autograd.profiler_state import _state as _prof_state
 from tracegrad.tensor import PrimNode, Tensor
 
@@ -94,11 +95,13 @@ def clear():
 
 
 class _Plan:
-    __slots__ = ("fn", "leaves", "source", "filename")
+    __slots__ = ("fn", "leaves", "ran", "fresh", "source", "filename")
 
-    def __init__(self, fn, leaves, source, filename):
+    def __init__(self, fn, leaves, ran, fresh, source, filename):
         self.fn = fn            # generated function: saved arrays -> leaf gradients
         self.leaves = leaves    # positions (in the walk) of the leaves it returns
+        self.ran = ran          # positions of the nodes whose vjp ran: freed after
+        self.fresh = fresh      # per returned gradient: an array of its own?
         self.source = source
         self.filename = filename  # its name in tracebacks (linecache holds the source)
 
@@ -126,10 +129,11 @@ def _walk(root):
     return nodes
 
 
-def _gather(nodes, seed_shape, seed_dtype):
-    """(structure key, saved arrays) of the tape, or None when some node
-    needs the interpreter.  The arrays come in the order ``_build`` reads
-    them: per node its saved operands, then its saved output.  The loss's
+def _gather(nodes, seed_shape, seed_dtype, seed):
+    """(structure key, saved arrays, node -> position) of the tape, or None
+    when some node needs the interpreter.  The arrays come in the order
+    ``_build`` reads them: the seed when one is given, then per node its
+    saved operands and its saved output.  Without a seed the loss's
     cotangent (ones of ``seed_shape`` and ``seed_dtype``) is a constant of
     the generated code.
 
@@ -138,8 +142,8 @@ def _gather(nodes, seed_shape, seed_dtype):
     every operand adds a pair: (shape, dtype), (type, number) or (type,
     Aval)."""
     index = dict(zip(nodes, range(len(nodes))))
-    key = [seed_shape, seed_dtype]
-    arrays = []
+    key = [seed is None, seed_shape, seed_dtype]
+    arrays = [] if seed is None else [seed]
     put = key.append
     keep = arrays.append
     for n in nodes:
@@ -192,41 +196,58 @@ def _gather(nodes, seed_shape, seed_dtype):
             keep(out)
             put(out.shape)
             put(out.dtype)
-    return tuple(key), arrays
+    return key, arrays, index
 
 
-def try_backward(loss, retain_graph):
-    """Run ``loss.backward()`` (a Tensor with a grad_fn, its cotangent
-    ones) through compiled code; False when the interpreter must run it."""
+def try_backward(loss, retain_graph, seed=None, inputs=None):
+    """Backward from ``loss`` (a Tensor with a grad_fn) through compiled
+    code.  seed: the cotangent array (None: ones, as loss.backward()).
+    inputs: leaf Tensors whose gradients to return (autograd.grad) instead
+    of accumulating into every leaf's ``.grad``.
+
+    Returns None when the interpreter must run it; else True (accumulated)
+    or, with inputs, the gradient of each (a Tensor, or None where none
+    flows)."""
     if (not _enabled or _mode.anomaly or _prof_state.current is not None
             or _graph._saved_hooks.stack):
-        return False
+        return None
     nodes = _walk(loss.grad_fn)
     if len(nodes) > MAX_NODES:
-        return False
+        return None
     d = loss._data
-    got = _gather(nodes, d.shape, d.dtype)
+    got = _gather(nodes, d.shape, d.dtype, seed)
     if got is None:
         stats["declined"] += 1
-        return False
-    key, arrays = got
+        return None
+    key, arrays, index = got
+    targets = None
+    if inputs is not None:
+        targets = []
+        for t in inputs:
+            if t.grad_fn is not None:
+                return None  # a non-leaf input: the interpreter captures it
+            acc = t._accum
+            targets.append(-1 if acc is None else index.get(acc, -1))
+        targets = tuple(targets)
+        key.append(targets)
+    key = tuple(key)
     try:
         plan = _plans.get(key)
     except TypeError:  # an unhashable attribute
-        return False
+        return None
     if plan is None:
         n = _seen.get(key, 0) + 1
         if n < COMPILE_AFTER:
             if len(_seen) >= MAX_SEEN:
                 _seen.clear()
             _seen[key] = n
-            return False
+            return None
         _seen.pop(key, None)
         if len(_plans) >= MAX_PLANS:
             _forget(_plans.pop(next(iter(_plans))))
-        plan = _plans[key] = _build(nodes, arrays, key)
+        plan = _plans[key] = _build(nodes, arrays, key, seed is not None, targets)
     if plan is _NO_PLAN:
-        return False
+        return None
     try:
         grads = plan.fn(*arrays)
         failed = None
@@ -236,28 +257,56 @@ def try_backward(loss, retain_graph):
         # The interpreter decides: an error in the computation itself (a
         # singular matrix in a vjp, say) it raises as always; if it succeeds,
         # the replay was wrong, which is our bug.
-        _engine.run((loss,), [Tensor(np.ones(d.shape, d.dtype))], retain_graph, False, None,
-                    accumulate=True)
+        root = Tensor(np.ones(d.shape, d.dtype) if seed is None else seed)
+        res = _engine.run((loss,), [root], retain_graph, False, inputs, accumulate=inputs is None)
         _forget(plan)
         _plans[key] = _NO_PLAN
         warnings.warn(f"tracegrad: the compiled backward replay failed ({type(failed).__name__}: "
                       f"{failed}) where the interpreter did not; this tape runs in the "
                       f"interpreter from now on. Please report it.", RuntimeWarning, stacklevel=4)
-        return True
-    accumulate = _engine._accumulate_array
-    for i, gd in zip(plan.leaves, grads):
-        leaf = nodes[i].variable
-        if leaf is not None:
-            accumulate(leaf, gd if type(gd) is _ndarray else np.asarray(gd))
+        return True if inputs is None else res
     if not retain_graph:
-        for n in nodes:
-            n.release()
+        for i in plan.ran:
+            nodes[i].release()
     stats["replays"] += 1
-    return True
+    if inputs is None:
+        accumulate = _engine._accumulate_array
+        for i, gd in zip(plan.leaves, grads):
+            leaf = nodes[i].variable
+            if leaf is not None:
+                accumulate(leaf, gd if type(gd) is _ndarray else np.asarray(gd))
+        return True
+    # autograd.grad: a gradient that is a constant or a saved array of the
+    # code is copied, so the caller may change it in place
+    by_node = {}
+    for i, gd, fresh in zip(plan.leaves, grads, plan.fresh):
+        if type(gd) is not _ndarray:
+            gd = np.asarray(gd)
+        elif not fresh:
+            gd = gd.copy()
+        by_node[i] = Tensor(gd)
+    return [by_node.get(i) for i in targets]
 
 
-def _build(nodes, arrays, key):
-    """Compile the backward pass of this tape (see the module docstring)."""
+def _reaching(nodes, index, targets):
+    """Per node: does a path from it lead to one of the target positions?"""
+    reach = [False] * len(nodes)
+    for i in range(len(nodes) - 1, -1, -1):  # inputs come later in the list
+        if i in targets:
+            reach[i] = True
+            continue
+        for nf in nodes[i].next_functions:
+            if nf is not None and nf[0] is not None and reach[index[nf[0]]]:
+                reach[i] = True
+                break
+    return reach
+
+
+def _build(nodes, arrays, key, seed_given, targets):
+    """Compile the backward pass of this tape (see the module docstring).
+    Without targets every leaf reached gets its gradient; with them (the
+    positions of autograd.grad's inputs) only those, and only the nodes on a
+    path to one run, as in the interpreter."""
     from tracegrad import codegen, ir, passes
     from tracegrad.adjoint import _const_tracer
     from tracegrad.api import _arg_names
@@ -279,17 +328,21 @@ def _build(nodes, arrays, key):
         return T.new_input(Aval(a.shape, a.dtype), name)
 
     index = {n: i for i, n in enumerate(nodes)}
-    # the loss's cotangent is ones: a constant, so the exact passes drop
-    # multiplications by it (x * 1 is x, to the bit)
-    cts = {0: _const_tracer(T, np.ones(key[0], key[1]))}
-    leaves, outputs = [], []
+    if seed_given:
+        cts = {0: saved_input("grad")}
+    else:
+        # the loss's cotangent is ones: a constant, so the exact passes drop
+        # multiplications by it (x * 1 is x, to the bit)
+        cts = {0: _const_tracer(T, np.ones(key[1], key[2]))}
+    reach = None if targets is None else _reaching(nodes, index, set(targets) - {-1})
+    leaves, outputs, ran = [], [], []
     raw_before = _mode.raw
     _mode.raw = True  # constant parts of a rule compute as they do in the interpreter
     try:
         for i, n in enumerate(nodes):
             g = cts.pop(i, None)
             if type(n) is AccumulateGrad:
-                if g is not None:
+                if g is not None and (reach is None or reach[i]):
                     leaves.append(i)
                     outputs.append(g)
                 continue
@@ -303,11 +356,14 @@ def _build(nodes, arrays, key):
             out = saved_input(f"n{i}_out") if n.out_saved is not None else None
             if g is None:
                 continue  # no gradient reached this node: nothing flows on
+            nfs = n.next_functions
+            needs = [m is not None and (reach is None or reach[index[m]]) for m, _ in nfs]
+            if not any(needs):
+                continue  # leads to no input of autograd.grad: the interpreter skips it
+            ran.append(i)
             # "<...>": linecache knows such a name is no file and looks no further
             T.loc_override = ("<tape node>", i, "?", prim.backward_name)
-            nfs = n.next_functions
-            in_cts = vjp_apply(prim, n.attrs, g, out, inputs, metas,
-                               [m is not None for m, _ in nfs])
+            in_cts = vjp_apply(prim, n.attrs, g, out, inputs, metas, needs)
             for (m, _), ct in zip(nfs, in_cts):
                 if m is None or ct is None:
                     continue
@@ -317,10 +373,12 @@ def _build(nodes, arrays, key):
         T.outputs = [T.operand(o) for o in outputs]
         g = ir.from_trace(T)
         passes.optimize(g, exact=True)
+        fresh = tuple(_computed_here(g, v) for v in g.graph["outputs"])
         khash = hashlib.sha256(repr(key).encode()).hexdigest()[:32]
-        doc = (f"Backward of an eager tape of {len(nodes)} nodes (the loss's cotangent is "
-               f"ones), replayed: saved arrays in, "
-               f"the gradient of each of its {len(leaves)} leaf tensors out.")
+        doc = (f"Backward of an eager tape of {len(nodes)} nodes, replayed: "
+               + ("the loss's cotangent and " if seed_given else "")
+               + f"saved arrays in, the gradients of {len(leaves)} leaf tensors out"
+               + ("." if seed_given else " (the loss's cotangent is ones)."))
         source = codegen.generate_numpy([(g, "backward", _arg_names(names), doc)],
                                         source="eager tape", transform="backward replay",
                                         key=khash)
@@ -333,4 +391,17 @@ def _build(nodes, arrays, key):
     finally:
         _mode.raw = raw_before
     stats["compiles"] += 1
-    return _Plan(fn, tuple(leaves), source, filename)
+    return _Plan(fn, tuple(leaves), tuple(ran), fresh, source, filename)
+
+
+def _computed_here(g, v):
+    """Is output v an array the generated code made (not an argument, a
+    module constant, or a view of one)?"""
+    from tracegrad import codegen, ir
+    while True:
+        op = g.nodes[v]["op"]
+        if op in ("input", "const"):
+            return False
+        if op == "proj" or not codegen._aliases(primitives.get(op)):
+            return op != "proj"
+        v = ir.operands(g, v)[0]
