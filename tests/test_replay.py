@@ -12,7 +12,6 @@ import pytest
 
 import tracegrad as tg
 from tracegrad.autograd import replay
-from tracegrad.primitives import REGISTRY
 
 from test_ops_registry import DIFF_CASES, _bind, _draw, _float_outs, _impl, _rng, Rand
 
@@ -81,8 +80,7 @@ def test_autograd_grad_replay_equals_interpreter_for_every_row(case):
     before = _stats()
     with np.errstate(all="ignore"):
         runs = [_grad_of_case(case) for _ in range(3)]
-    if REGISTRY[case.prim].n_out == 1:
-        assert _delta(before)["replays"] == 2
+    assert _delta(before)["replays"] == 2
     for got in runs:
         for w, g in zip(want, got):
             assert (w is None) == (g is None)
@@ -103,10 +101,8 @@ def test_replay_equals_interpreter_for_every_row(case):
     with np.errstate(all="ignore"):
         runs = [_grads_of_case(case) for _ in range(3)]
     d = _delta(before)
-    prim = REGISTRY[case.prim]
-    if prim.n_out == 1:
-        # first run interpreted, second compiled and replayed, third replayed
-        assert d["compiles"] == 1 and d["replays"] == 2, d
+    # first run interpreted, second compiled and replayed, third replayed
+    assert d["compiles"] == 1 and d["replays"] == 2, d
     for got in runs:
         for w, g in zip(want, got):
             assert (w is None) == (g is None)

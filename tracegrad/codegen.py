@@ -78,6 +78,10 @@ def _const_code(arr):
         return f"np.{arr.dtype.name}({literal(arr.item())})", False
     if arr.size <= 16 and arr.dtype.kind in "fiub" and np.isfinite(arr).all():
         return f"np.array({arr.tolist()!r}, dtype=np.{arr.dtype.name})", False
+    if arr.size and arr.dtype.kind in "fiub" and np.isfinite(arr.flat[0]) \
+            and (arr == arr.flat[0]).all():  # one repeated value (zeros, a seed of ones)
+        return (f"np.full({tuple(arr.shape)!r}, {literal(arr.flat[0])}, "
+                f"dtype=np.{arr.dtype.name})"), False
     b = base64.b64encode(np.ascontiguousarray(arr).tobytes()).decode()
     return (f"np.frombuffer(base64.b64decode({b!r}), dtype={arr.dtype.str!r})"
             f".reshape({tuple(arr.shape)!r})"), True

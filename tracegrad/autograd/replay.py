@@ -129,7 +129,7 @@ def _walk(root):
     return nodes
 
 
-def _gather(nodes, seed_shape, seed_dtype, seed):
+def _gather(nodes, seed_shape, seed_dtype, seed, output_nr):
     """(structure key, saved arrays, node -> position) of the tape, or None
     when some node needs the interpreter.  The arrays come in the order
     ``_build`` reads them: the seed when one is given, then per node its
@@ -142,7 +142,7 @@ def _gather(nodes, seed_shape, seed_dtype, seed):
     every operand adds a pair: (shape, dtype), (type, number) or (type,
     Aval)."""
     index = dict(zip(nodes, range(len(nodes))))
-    key = [seed is None, seed_shape, seed_dtype]
+    key = [seed is None, seed_shape, seed_dtype, output_nr]
     arrays = [] if seed is None else [seed]
     put = key.append
     keep = arrays.append
@@ -153,16 +153,17 @@ def _gather(nodes, seed_shape, seed_dtype, seed):
         if tn is AccumulateGrad:
             put(_LEAF)
             continue
-        if tn is not PrimNode or n.freed or n._nout != 1:
+        if tn is not PrimNode or n.freed:
             return None
         attrs = n.attrs
         nfs = n.next_functions
         put(n.prim)
         put(tuple(attrs.items()) if attrs else ())
+        put(n._nout)
         put(len(nfs))
-        # (an edge's output number is 0: a node with several outputs declined above)
-        for m, _ in nfs:
-            put(-1 if m is None else index[m])
+        for m, nr in nfs:
+            # an edge to output nr > 0 of a node with several outputs: a pair
+            put(-1 if m is None else index[m] if nr == 0 else (index[m], nr))
         saved = n.saved
         if saved is not None:
             for a, v in saved:
@@ -191,11 +192,19 @@ def _gather(nodes, seed_shape, seed_dtype, seed):
                 put(m)
         out = n.out_saved
         if out is not None:
-            if type(out) is not _ndarray or n.out_vbox[0] != n.out_ver:
-                return None
-            keep(out)
-            put(out.shape)
-            put(out.dtype)
+            if type(out) is tuple:  # several outputs, each with its version counter
+                for o, vb, ver in zip(out, n.out_vbox, n.out_ver):
+                    if type(o) is not _ndarray or vb[0] != ver:
+                        return None
+                    keep(o)
+                    put(o.shape)
+                    put(o.dtype)
+            else:
+                if type(out) is not _ndarray or n.out_vbox[0] != n.out_ver:
+                    return None
+                keep(out)
+                put(out.shape)
+                put(out.dtype)
     return key, arrays, index
 
 
@@ -215,7 +224,7 @@ def try_backward(loss, retain_graph, seed=None, inputs=None):
     if len(nodes) > MAX_NODES:
         return None
     d = loss._data
-    got = _gather(nodes, d.shape, d.dtype, seed)
+    got = _gather(nodes, d.shape, d.dtype, seed, loss._output_nr)
     if got is None:
         stats["declined"] += 1
         return None
@@ -328,20 +337,22 @@ def _build(nodes, arrays, key, seed_given, targets):
         return T.new_input(Aval(a.shape, a.dtype), name)
 
     index = {n: i for i, n in enumerate(nodes)}
+    # cotangents by (node position, output number); the loss is output key[3]
+    # of the first node
     if seed_given:
-        cts = {0: saved_input("grad")}
+        cts = {(0, key[3]): saved_input("grad")}
     else:
         # the loss's cotangent is ones: a constant, so the exact passes drop
         # multiplications by it (x * 1 is x, to the bit)
-        cts = {0: _const_tracer(T, np.ones(key[1], key[2]))}
+        cts = {(0, key[3]): _const_tracer(T, np.ones(key[1], key[2]))}
     reach = None if targets is None else _reaching(nodes, index, set(targets) - {-1})
     leaves, outputs, ran = [], [], []
     raw_before = _mode.raw
     _mode.raw = True  # constant parts of a rule compute as they do in the interpreter
     try:
         for i, n in enumerate(nodes):
-            g = cts.pop(i, None)
             if type(n) is AccumulateGrad:
+                g = cts.pop((i, 0), None)
                 if g is not None and (reach is None or reach[i]):
                     leaves.append(i)
                     outputs.append(g)
@@ -353,9 +364,23 @@ def _build(nodes, arrays, key, seed_given, targets):
                 metas = inputs
             else:
                 inputs = metas = n.in_meta
-            out = saved_input(f"n{i}_out") if n.out_saved is not None else None
-            if g is None:
+            out = n.out_saved
+            if type(out) is tuple:
+                out = tuple(saved_input(f"n{i}_out{k}") for k in range(len(out)))
+            elif out is not None:
+                out = saved_input(f"n{i}_out")
+            gs = [cts.pop((i, k), None) for k in range(n._nout)]
+            if all(x is None for x in gs):
                 continue  # no gradient reached this node: nothing flows on
+            if n._nout == 1 and prim.n_out == 1:
+                g = gs[0]
+            else:
+                # outputs that got no gradient get zeros, as the interpreter
+                # gives them (engine._materialize)
+                metas_out = n.output_meta or ()
+                g = tuple(_const_tracer(T, np.zeros(*metas_out[k]))
+                          if x is None and k < len(metas_out) and metas_out[k] is not None
+                          else x for k, x in enumerate(gs))
             nfs = n.next_functions
             needs = [m is not None and (reach is None or reach[index[m]]) for m, _ in nfs]
             if not any(needs):
@@ -364,10 +389,10 @@ def _build(nodes, arrays, key, seed_given, targets):
             # "<...>": linecache knows such a name is no file and looks no further
             T.loc_override = ("<tape node>", i, "?", prim.backward_name)
             in_cts = vjp_apply(prim, n.attrs, g, out, inputs, metas, needs)
-            for (m, _), ct in zip(nfs, in_cts):
+            for (m, nr), ct in zip(nfs, in_cts):
                 if m is None or ct is None:
                     continue
-                j = index[m]
+                j = (index[m], nr)
                 cur = cts.get(j)
                 cts[j] = ct if cur is None else add(cur, ct)
         T.outputs = [T.operand(o) for o in outputs]
