@@ -461,3 +461,104 @@ def test_backward_with_a_gradient_argument_replays():
     assert _delta(before) == {"replays": 2, "compiles": 1, "declined": 0}
     for a, b in zip(want, got):
         np.testing.assert_array_equal(b, a)
+
+
+# --- random programs: fan-out, broadcasting, reductions, views, linear algebra ------------
+
+_UNARY = [lambda a: a.tanh(), lambda a: a.sin(), lambda a: a.exp() * 0.1, lambda a: a * a,
+          lambda a: -a, lambda a: a.abs() + 1.0, lambda a: (a * a + 1.0).log(),
+          lambda a: a.sigmoid(), lambda a: a ** 3, lambda a: 2.0 - a]
+_BINARY = [lambda a, b: a + b, lambda a, b: a * b, lambda a, b: a - b,
+           lambda a, b: a / (b * b + 1.0), lambda a, b: tg.maximum(a, b),
+           lambda a, b: tg.where(a > b, a, b * 2.0)]
+
+
+def _random_program(seed):
+    """A function of three leaves (4x3, 3, 4x3) built from random ops; each
+    value may be used several times (fan-out)."""
+    rng = np.random.default_rng(seed)
+    plan = []
+    n_vals = 3
+    for _ in range(int(rng.integers(8, 20))):
+        kind = rng.choice(["unary", "binary", "reduce", "view", "matmul"],
+                          p=[0.35, 0.35, 0.1, 0.1, 0.1])
+        plan.append((kind, int(rng.integers(0, 10 ** 6)), rng.integers(0, n_vals, 2).tolist()))
+        n_vals += 1
+
+    def f(x, v, w):
+        vals = [x, v, w]
+        for kind, r, (i, j) in plan:
+            a, b = vals[i], vals[j]
+            if kind == "unary":
+                out = _UNARY[r % len(_UNARY)](a)
+            elif kind == "binary":
+                out = _BINARY[r % len(_BINARY)](a, b) if a.shape[-1:] == b.shape[-1:] \
+                    else _UNARY[r % len(_UNARY)](a)
+            elif kind == "reduce":
+                out = a.sum(axis=0, keepdims=True) * 0.5 if a.ndim == 2 else a.mean() + a
+            elif kind == "view":
+                out = a[::-1] if a.ndim == 1 else a.T.reshape(a.shape)[1:].sum(0) + a[0]
+            else:
+                out = a @ b.T if a.ndim == 2 and b.ndim == 2 and a.shape[1] == b.shape[1] \
+                    else a * b.sum()
+            vals.append(out)
+        return sum((o * o).sum() * 0.01 for o in vals[3:])
+    return f
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_programs_replay_bit_equal(seed):
+    f = _random_program(seed)
+    rng = np.random.default_rng(1000 + seed)
+    data = [rng.uniform(-1, 1, s) for s in ((4, 3), (3,), (4, 3))]
+
+    def run(enabled, steps):
+        replay.set_backward_replay(enabled)
+        leaves = [tg.tensor(d, requires_grad=True) for d in data]
+        out = []
+        for _ in range(steps):
+            for t in leaves:
+                t.grad = None
+            f(*leaves).backward()
+            out.append([None if t.grad is None else t.grad.numpy().copy() for t in leaves])
+        return out
+
+    with np.errstate(all="ignore"):
+        want = run(False, 1)[0]
+        before = _stats()
+        got = run(True, 4)
+    # step 1 makes the leaves' nodes, which may order its tape differently
+    assert _delta(before)["replays"] >= 2
+    for g in got:
+        for a, b in zip(want, g):
+            assert (a is None) == (b is None)
+            if a is not None:
+                np.testing.assert_array_equal(b, a)
+
+
+def test_threads_replay_their_own_tapes():
+    import threading
+    x0 = np.random.default_rng(3).uniform(-1.5, 1.5, 16)
+    replay.set_backward_replay(False)
+    xr = tg.tensor(x0.copy(), requires_grad=True)
+    want = _rosenbrock_grad(xr)[1]
+    replay.set_backward_replay(True)
+    errors, results = [], []
+
+    def worker():
+        try:
+            x = tg.tensor(x0.copy(), requires_grad=True)
+            for _ in range(50):
+                results.append(_rosenbrock_grad(x)[1])
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert len(results) == 200 and replay.stats["replays"] > 0
+    for r in results:
+        np.testing.assert_array_equal(r, want)
