@@ -7,6 +7,9 @@ op of every vjp rule, every step.  This module recognises a repeated tape and
 runs its backward pass as one generated NumPy function instead (the idea of
 PyTorch's "compiled autograd"):
 
+``loss.backward()``, ``y.backward(gradient)`` and ``autograd.grad(y,
+leaves)`` (without ``create_graph``) ask ``try_backward`` first:
+
 1. ``try_backward`` walks the tape from the loss, in the order the
    interpreter runs it (newest node first), checks that nothing on it needs
    the interpreter (hooks, retain_grad, anomaly mode, the profiler,
@@ -17,16 +20,17 @@ PyTorch's "compiled autograd"):
 2. The third time a key is seen, ``_build`` runs the very same vjp rules of
    the registry symbolically (``tensor.vjp_apply``, in the interpreter's
    order, summing cotangents in the interpreter's order), and the code
-   generator prints the result as one function: saved arrays in, leaf
-   gradients out.  Only the exact passes run on it (folding of constants,
+   generator prints the result as one function: saved arrays (and a given
+   cotangent) in, leaf gradients out.  Only the exact passes run on it (folding of constants,
    identities such as x * 1, no reassociation: ``passes.optimize(exact=True)``),
    so the replay computes the interpreter's numbers in the interpreter's
    order and its results are the same to the last bit.
 3. From then on a backward with that key gathers the saved arrays, calls the
-   function, accumulates into ``.grad`` exactly as the interpreter does, and
-   frees the saved tensors unless ``retain_graph``.
+   function, accumulates into ``.grad`` exactly as the interpreter does (or
+   returns the gradients, for autograd.grad), and frees what the nodes that
+   ran saved unless ``retain_graph``.
 
-Anything unusual declines (returns False) and the interpreter runs, so every
+Anything unusual declines (returns None) and the interpreter runs, so every
 documented behaviour and error message stays the interpreter's.
 ``set_backward_replay(False)`` (or ``TRACEGRAD_BACKWARD_REPLAY=0`` in the
 environment) turns the replay off.
