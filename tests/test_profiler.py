@@ -198,12 +198,11 @@ def test_errors_and_disabled():
         assert _state.current is None
     with pytest.raises(RuntimeError, match="Profiler didn't finish running"):
         prof.key_averages()
-    with profile() as outer:
+    with profile():
         with pytest.raises(RuntimeError, match="Profiler is already enabled on this thread"):
             with profile():
                 pass
         with pytest.raises(ValueError, match="valid keys are"):
-            outer_table_too_early = None  # noqa: F841
             profiler.EventList([]).table(sort_by="bogus")
     assert _state.current is None
 

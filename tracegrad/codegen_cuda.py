@@ -517,7 +517,6 @@ def generate_driver(functions, source="", transform="", key="") -> str:
     """Source of one Python driver module holding a function per (graph,
     name, arg names, docstring) in ``functions``, with the kernels of all of
     them in one translation unit."""
-    from tracegrad.codegen import identifier
     module, lowered, g_of = _lower_all(functions)
     tu = _render_tu(lowered, g_of, ())
     return _jinja().get_template("cuda_driver.py.j2").render(

@@ -14,7 +14,7 @@ import heapq
 import numpy as np
 
 from tracegrad.autograd.grad_mode import state as _mode
-from tracegrad.autograd.graph import AccumulateGrad, FREED_MSG
+from tracegrad.autograd.graph import AccumulateGrad
 from tracegrad.autograd.profiler_state import _state as _prof_state
 from tracegrad.tensor import PrimNode, Tensor
 from tracegrad.autograd import replay as _replay

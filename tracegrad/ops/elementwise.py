@@ -15,8 +15,8 @@ from tracegrad import runtime_numpy as _rt
 from tracegrad.primitives import Aval, bind, register
 from tracegrad.ops._define import method, implements
 from tracegrad.ops.base import (def_elementwise, zeros_rule, add, sub, mul, div, neg,
-                                reciprocal, exp, log, where, equal, greater, less,
-                                greater_equal, less_equal, logical_and, logical_or, is_value)
+                                reciprocal, exp, where, equal, greater, less,
+                                greater_equal, less_equal, logical_and, logical_or)
 
 __all__ = [
     "abs", "absolute", "sign", "sqrt", "square", "rsqrt", "exp2", "expm1", "log1p", "log2",

@@ -17,9 +17,8 @@ import numpy as np
 
 from tracegrad import runtime_numpy as _rt
 from tracegrad.primitives import Aval, bind, register
-from tracegrad.ops._define import method, implements, axis_arg, _ops
-from tracegrad.ops.base import (is_value, shape_of, shape_by_eval, zeros_like_value, where,
-                                reshape)
+from tracegrad.ops._define import method, implements, _ops
+from tracegrad.ops.base import is_value, shape_of, shape_by_eval, zeros_like_value, where
 
 __all__ = ["getitem", "setitem", "index_add", "take", "take_along_axis", "gather",
            "index_select", "nonzero", "argwhere", "masked_fill", "narrow"]

@@ -18,9 +18,9 @@ import string
 import numpy as np
 
 from tracegrad.primitives import Aval, bind, register, broadcast_shapes, result_dtype
-from tracegrad.ops._define import method, implements, axis_arg, norm_axes, _ops
-from tracegrad.ops.base import (add, sub, mul, div, neg, matmul, swapaxes, reshape, transpose,
-                                sum, where, equal, stop_gradient, astype, broadcast_to,
+from tracegrad.ops._define import method, implements, norm_axes, _ops
+from tracegrad.ops.base import (add, sub, mul, neg, matmul, swapaxes, reshape, transpose,
+                                sum, where, equal, stop_gradient, astype,
                                 is_value, shape_of, shape_by_eval, _reduced_shape, zeros_like_p)
 from tracegrad.ops.elementwise import abs, sqrt, reciprocal, square
 from tracegrad.ops.reductions import amax, amin

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from tracegrad.ops._define import method, axis_arg
-from tracegrad.ops.base import sub, div, exp, sum, stop_gradient, astype, shape_of
+from tracegrad.ops.base import sub, div, exp, sum, stop_gradient, astype
 from tracegrad.ops.reductions import amax, logsumexp
 
 __all__ = ["softmax", "log_softmax"]

@@ -15,7 +15,7 @@ import numpy as np
 from tracegrad.primitives import Aval, bind, register
 from tracegrad.ops._define import method, implements, axis_arg, norm_axes, _ops
 from tracegrad.ops.base import (add, sub, mul, div, log, exp, sum, where, equal, reshape,
-                                astype, stop_gradient, transpose, broadcast_to, is_value,
+                                astype, stop_gradient, transpose, is_value,
                                 shape_of, expand_reduced, shape_by_eval, zeros_like_value,
                                 _reduced_shape)
 from tracegrad.ops.elementwise import sqrt, isfinite, isnan, maximum, minimum
