@@ -288,3 +288,76 @@ def test_use_cuda_without_gpu(monkeypatch):
     monkeypatch.setattr(profiler, "_cupy_or_none", lambda: None)
     with pytest.raises(RuntimeError, match=r"use_cuda=True\) needs CuPy and a CUDA GPU"):
         profile(use_cuda=True)
+
+
+def _nvprof_file(path, markers, kernels):
+    """An SQLite file with the tables nvprof writes (the columns load_nvprof
+    reads): markers are (id, name or None for an end, timestamp ns);
+    kernels are (launch time, kernel start, kernel end, name)."""
+    import sqlite3
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE StringTable (_id_ INTEGER PRIMARY KEY, value TEXT)")
+    conn.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_MARKER (_id_ INTEGER PRIMARY KEY, flags INT, "
+                 "timestamp INT, id INT, objectKind INT, objectId BLOB, name INT, domain INT)")
+    conn.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (_id_ INTEGER PRIMARY KEY, cbid INT, "
+                 "start INT, end INT, processId INT, threadId INT, correlationId INT, "
+                 "returnValue INT)")
+    conn.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL (_id_ INTEGER PRIMARY KEY, "
+                 "start INT, end INT, deviceId INT, correlationId INT, name INT)")
+    names = {}
+
+    def sid(text):
+        if text not in names:
+            names[text] = len(names) + 1
+            conn.execute("INSERT INTO StringTable VALUES (?, ?)", (names[text], text))
+        return names[text]
+
+    for mid, name, t in markers:
+        conn.execute("INSERT INTO CUPTI_ACTIVITY_KIND_MARKER (flags, timestamp, id, name) "
+                     "VALUES (?, ?, ?, ?)", (2 if name else 4, t, mid, sid(name) if name else 0))
+    for corr, (call, k0, k1, name) in enumerate(kernels, 1):
+        conn.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME (cbid, start, end, correlationId) "
+                     "VALUES (211, ?, ?, ?)", (call, call + 500, corr))
+        conn.execute("INSERT INTO CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL (start, end, deviceId, "
+                     "correlationId, name) VALUES (?, ?, 0, ?, ?)", (k0, k1, corr, sid(name)))
+    conn.commit()
+    conn.close()
+
+
+def test_load_nvprof_reads_ranges_nesting_and_kernels(tmp_path):
+    path = str(tmp_path / "trace.prof")
+    # "step" [0, 100 us] holds "mul" [10, 30 us] and "MulBackward0" [40, 90 us],
+    # which holds "mul" [50, 60 us]; three kernels launched inside them
+    _nvprof_file(path,
+                 [(1, "step", 0), (2, "mul", 10_000), (2, None, 30_000),
+                  (3, "MulBackward0", 40_000), (4, "mul", 50_000), (4, None, 60_000),
+                  (3, None, 90_000), (1, None, 100_000)],
+                 [(12_000, 15_000, 19_000, "_tg_k0"), (52_000, 61_000, 63_000, "_tg_k1"),
+                  (70_000, 71_000, 72_500, "_tg_k2")])
+    events = profiler.load_nvprof(path)
+    assert [e.name for e in events] == ["step", "mul", "MulBackward0", "mul"]
+    step, mul1, back, mul2 = events
+    assert step.cpu_time_total == 100.0 and back.cpu_time_total == 50.0
+    assert mul1.parent is step and back.parent is step and mul2.parent is back
+    assert step.self_cpu_time_total == 100.0 - 20.0 - 50.0
+    assert [k.name for k in mul1.kernels] == ["_tg_k0"] and mul1.cuda_time_total == 4.0
+    assert [k.name for k in mul2.kernels] == ["_tg_k1"] and mul2.cuda_time_total == 2.0
+    assert [k.name for k in back.kernels] == ["_tg_k2"] and back.cuda_time_total == 1.5
+    rows = {r.key: r for r in events.key_averages()}
+    assert rows["mul"].count == 2 and rows["mul"].cuda_time_total == 6.0
+    assert "Self CUDA" in events.table(sort_by="cuda_time_total")
+    events.export_chrome_trace(str(tmp_path / "t.json"))
+
+
+def test_load_nvprof_says_what_is_wrong(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        profiler.load_nvprof(str(tmp_path / "missing.prof"))
+    bad = tmp_path / "bad.prof"
+    bad.write_text("not a database at all, just text " * 100)
+    with pytest.raises(RuntimeError, match="not an nvprof trace"):
+        profiler.load_nvprof(str(bad))
+    import sqlite3
+    other = str(tmp_path / "other.db")
+    sqlite3.connect(other).execute("CREATE TABLE t (x INT)").connection.commit()
+    with pytest.raises(RuntimeError, match="lacks the table"):
+        profiler.load_nvprof(other)

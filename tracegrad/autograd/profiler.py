@@ -32,8 +32,8 @@ import tracemalloc
 
 from tracegrad.autograd.profiler_state import _state
 
-__all__ = ["profile", "record_function", "emit_nvtx", "FunctionEvent", "FunctionEventAvg",
-           "EventList"]
+__all__ = ["profile", "record_function", "emit_nvtx", "load_nvprof", "FunctionEvent",
+           "FunctionEventAvg", "EventList", "Kernel"]
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _SKIP_DIRS = (_PKG_DIR + os.sep,
@@ -78,7 +78,7 @@ class FunctionEvent:
     ``record_function`` block."""
     __slots__ = ("id", "name", "cat", "thread", "start_ns", "end_ns", "input_shapes", "stack",
                  "cpu_memory_usage", "cuda_memory_usage", "flops", "parent", "cpu_children",
-                 "_mem0", "_cuda_events", "cuda_time_total", "_open", "_frame")
+                 "_mem0", "_cuda_events", "cuda_time_total", "_open", "_frame", "kernels")
 
     def __init__(self, id, name, cat, thread, start_ns):
         self.id = id
@@ -100,6 +100,13 @@ class FunctionEvent:
         self._open = True
         # the frame that opened the range, while it is open (see profile._begin)
         self._frame = None
+        # GPU kernels launched inside the range (load_nvprof fills it)
+        self.kernels = []
+
+    def append_kernel(self, name, device, duration_us):
+        """A kernel that ran ``duration_us`` microseconds on ``device`` for this range."""
+        self.kernels.append(Kernel(name, device, duration_us))
+        self.cuda_time_total += duration_us
 
     key = property(lambda self: self.name)
     count = property(lambda self: 1)
@@ -141,6 +148,19 @@ class FunctionEvent:
                 f"cpu_time={_format_time(self.cpu_time_total)} "
                 f"self_cpu_time={_format_time(self.self_cpu_time_total)} "
                 f"input_shapes={self.input_shapes} cpu_memory_usage={self.cpu_memory_usage}>")
+
+
+class Kernel:
+    """A GPU kernel attributed to an event (name, device, duration in us)."""
+    __slots__ = ("name", "device", "duration")
+
+    def __init__(self, name, device, duration):
+        self.name = name
+        self.device = device
+        self.duration = duration
+
+    def __repr__(self):
+        return f"<Kernel {self.name} device={self.device} duration={self.duration}us>"
 
 
 class FunctionEventAvg:
@@ -659,6 +679,73 @@ class _NvtxRecorder:
         self.nvtx.RangePop()
         if self.prev is not None:
             self.prev._end(ev)
+
+
+def load_nvprof(path):
+    """Open an nvprof trace (the SQLite file ``nvprof -o trace.prof`` writes,
+    with the ranges ``emit_nvtx`` pushed) and return its ranges as an
+    ``EventList``: one event per NVTX range, nested by time, each with the
+    GPU kernels launched inside it (``event.kernels``, summed into
+    ``cuda_time_total``)."""
+    import sqlite3
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"load_nvprof: no such file: {path!r}")
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        conn.row_factory = sqlite3.Row
+        try:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master "
+                                                  "WHERE type = 'table'")}
+        except sqlite3.DatabaseError as e:
+            raise RuntimeError(f"load_nvprof: {path!r} is not an nvprof trace (not an SQLite "
+                               f"database: {e}); write one with nvprof -o FILE") from None
+        need = {"StringTable", "CUPTI_ACTIVITY_KIND_MARKER"}
+        if not need <= tables:
+            raise RuntimeError(f"load_nvprof: {path!r} is not an nvprof trace: it lacks the "
+                               f"table(s) {sorted(need - tables)}")
+        strings = {r["_id_"]: r["value"] for r in conn.execute("SELECT _id_, value FROM StringTable")}
+        # An NVTX range is two markers with one id: the start names it, the
+        # end has name 0.  Timestamps are nanoseconds.
+        events = {}
+        for r in conn.execute(
+                "SELECT s.id AS id, s.name AS name, s.timestamp AS t0, e.timestamp AS t1 "
+                "FROM CUPTI_ACTIVITY_KIND_MARKER AS s JOIN CUPTI_ACTIVITY_KIND_MARKER AS e "
+                "ON s.id = e.id WHERE s.name != 0 AND e.name = 0"):
+            ev = FunctionEvent(r["id"], strings.get(r["name"], str(r["name"])), "nvtx", 0,
+                               r["t0"])
+            ev.end_ns = r["t1"]
+            ev._open = False
+            events[r["id"]] = ev
+        ordered = sorted(events.values(), key=lambda e: (e.start_ns, -e.end_ns))
+        # nesting by time: a range inside another is its child
+        stack = []
+        for ev in ordered:
+            while stack and stack[-1].end_ns < ev.end_ns:
+                stack.pop()
+            if stack:
+                ev.parent = stack[-1]
+                stack[-1].cpu_children.append(ev)
+            stack.append(ev)
+        # kernels: a runtime call (a launch) correlated with the kernel it
+        # started belongs to the innermost range around the call
+        if {"CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL"} <= tables:
+            import bisect
+            starts = [ev.start_ns for ev in ordered]
+            for r in conn.execute(
+                    "SELECT rt.start AS call, k.start AS k0, k.end AS k1, k.name AS name, "
+                    "k.deviceId AS device FROM CUPTI_ACTIVITY_KIND_RUNTIME AS rt JOIN "
+                    "CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL AS k "
+                    "ON k.correlationId = rt.correlationId"):
+                i = bisect.bisect_right(starts, r["call"]) - 1
+                ev = ordered[i] if i >= 0 else None
+                while ev is not None and ev.end_ns < r["call"]:
+                    ev = ev.parent
+                if ev is not None:
+                    ev.append_kernel(strings.get(r["name"], r["name"]), r["device"],
+                                     (r["k1"] - r["k0"]) / 1000.0)
+    finally:
+        conn.close()
+    return EventList(ordered, use_cuda=True)
 
 
 def _nvtx_or_none():
