@@ -562,3 +562,24 @@ def test_threads_replay_their_own_tapes():
     assert len(results) == 200 and replay.stats["replays"] > 0
     for r in results:
         np.testing.assert_array_equal(r, want)
+
+
+def test_explain_says_what_was_compiled_and_what_could_not_be(monkeypatch, capsys):
+    monkeypatch.setenv("TRACEGRAD_EXPLAIN", "1")
+    x = tg.tensor(np.arange(3.0), requires_grad=True)
+    for _ in range(2):
+        (x * x).sum().backward()
+    assert "backward replay: compiled the backward of a tape of 3 nodes" in capsys.readouterr().err
+
+    def no_symbolic_rule(*a, **k):
+        raise NotImplementedError("simulated rule without a symbolic form")
+    import sys
+    monkeypatch.setattr(sys.modules["tracegrad.tensor"], "vjp_apply", no_symbolic_rule)
+    y = tg.tensor(np.arange(3.0), requires_grad=True)
+    for _ in range(2):
+        y.grad = None
+        (y.exp() * 2).sum().backward()
+    np.testing.assert_allclose(y.grad.numpy(), 2 * np.exp(np.arange(3.0)))
+    assert replay.stats["uncompilable"] == 1
+    assert "simulated rule" in replay.last_error
+    assert "stays interpreted: NotImplementedError: simulated rule" in capsys.readouterr().err

@@ -72,7 +72,10 @@ _seen = {}    # structure key -> times seen before it got a plan
 _by_seq = attrgetter("seq")
 _NO_PLAN = object()  # the key's tape cannot be compiled: interpret it
 _LEAF = "leaf"
-stats = {"replays": 0, "compiles": 0, "declined": 0}
+stats = {"replays": 0, "compiles": 0, "declined": 0, "uncompilable": 0}
+# why the last tape that could not be compiled could not (for debugging;
+# TRACEGRAD_EXPLAIN=1 also prints it)
+last_error = None
 
 
 def set_backward_replay(enabled: bool) -> bool:
@@ -96,6 +99,8 @@ def clear():
     _seen.clear()
     for k in stats:
         stats[k] = 0
+    global last_error
+    last_error = None
 
 
 class _Plan:
@@ -413,14 +418,26 @@ def _build(nodes, arrays, key, seed_given, targets):
                                         key=khash)
         filename = f"<tracegrad backward replay {khash[:12]}>"
         fn = _exec_source(source, filename, khash)["backward"]
-    except Exception:
+    except Exception as e:
         # A rule that cannot run symbolically (or has no vjp): the
         # interpreter runs this tape and reports any real error itself.
+        global last_error
+        last_error = f"{type(e).__name__}: {e}"
+        stats["uncompilable"] += 1
+        _explain(f"a tape of {len(nodes)} nodes stays interpreted: {last_error}")
         return _NO_PLAN
     finally:
         _mode.raw = raw_before
     stats["compiles"] += 1
+    _explain(f"compiled the backward of a tape of {len(nodes)} nodes seen {COMPILE_AFTER} "
+             f"times ({len(names)} saved arrays, {len(leaves)} leaf gradients)")
     return _Plan(fn, tuple(leaves), tuple(ran), fresh, source, filename)
+
+
+def _explain(msg):
+    if os.environ.get("TRACEGRAD_EXPLAIN"):
+        import sys
+        print(f"tracegrad: backward replay: {msg}", file=sys.stderr)
 
 
 def _computed_here(g, v):
