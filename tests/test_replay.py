@@ -69,39 +69,20 @@ def _grad_of_case(case):
             for g in tg.autograd.grad(outs[fl[0]], inputs, grad_outputs=ct, allow_unused=True)]
 
 
-@pytest.mark.parametrize("case", DIFF_CASES, ids=repr)
-def test_autograd_grad_replay_equals_interpreter_for_every_row(case):
+def _interpreter_then_replays(grads_of, case):
+    """grads_of(case) with the replay off, then three times with it on (the
+    first interpreted, the second compiled and replayed, the third replayed):
+    the same arrays to the last bit, dtypes and shapes included."""
     replay.set_backward_replay(False)
     with np.errstate(all="ignore"):
-        want = _grad_of_case(case)
+        want = grads_of(case)
     if want is None:
         return
     replay.set_backward_replay(True)
     before = _stats()
     with np.errstate(all="ignore"):
-        runs = [_grad_of_case(case) for _ in range(3)]
-    assert _delta(before)["replays"] == 2
-    for got in runs:
-        for w, g in zip(want, got):
-            assert (w is None) == (g is None)
-            if w is not None:
-                assert g.dtype == w.dtype and g.shape == w.shape
-                np.testing.assert_array_equal(g, w)
-
-
-@pytest.mark.parametrize("case", DIFF_CASES, ids=repr)
-def test_replay_equals_interpreter_for_every_row(case):
-    replay.set_backward_replay(False)
-    with np.errstate(all="ignore"):
-        want = _grads_of_case(case)
-    if want is None:
-        return
-    replay.set_backward_replay(True)
-    before = _stats()
-    with np.errstate(all="ignore"):
-        runs = [_grads_of_case(case) for _ in range(3)]
+        runs = [grads_of(case) for _ in range(3)]
     d = _delta(before)
-    # first run interpreted, second compiled and replayed, third replayed
     assert d["compiles"] == 1 and d["replays"] == 2, d
     for got in runs:
         for w, g in zip(want, got):
@@ -109,6 +90,16 @@ def test_replay_equals_interpreter_for_every_row(case):
             if w is not None:
                 assert g.dtype == w.dtype and g.shape == w.shape
                 np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("case", DIFF_CASES, ids=repr)
+def test_autograd_grad_replay_equals_interpreter_for_every_row(case):
+    _interpreter_then_replays(_grad_of_case, case)
+
+
+@pytest.mark.parametrize("case", DIFF_CASES, ids=repr)
+def test_replay_equals_interpreter_for_every_row(case):
+    _interpreter_then_replays(_grads_of_case, case)
 
 
 def _rosenbrock_grad(x):
