@@ -89,7 +89,8 @@ def _interpreter_then_replays(grads_of, case):
             assert (w is None) == (g is None)
             if w is not None:
                 assert g.dtype == w.dtype and g.shape == w.shape
-                np.testing.assert_array_equal(g, w)
+                # to the bit: signed zeros and NaNs included
+                assert np.ascontiguousarray(g).tobytes() == np.ascontiguousarray(w).tobytes()
 
 
 @pytest.mark.parametrize("case", DIFF_CASES, ids=repr)
@@ -524,7 +525,7 @@ def test_random_programs_replay_bit_equal(seed):
         for a, b in zip(want, g):
             assert (a is None) == (b is None)
             if a is not None:
-                np.testing.assert_array_equal(b, a)
+                assert b.tobytes() == a.tobytes()  # to the bit, signed zeros included
 
 
 def test_threads_replay_their_own_tapes():

@@ -387,7 +387,7 @@ def _simplify_node(g, v, exact=False):
         if new is not None:
             return new
     if exact:
-        return _exact_identity(g, v, d, op, ops)
+        return _exact_identity(g, v, d, op, ops, exact=True)
     if op == "matmul" and g.nodes[ops[0]]["op"] == "basis" and \
             len(g.nodes[ops[0]]["shape"]) == 2 and _same_type(g, ops[1], v):
         return ops[1]  # identity @ M
@@ -432,15 +432,16 @@ def _simplify_node(g, v, exact=False):
     return _exact_identity(g, v, d, op, ops)
 
 
-def _exact_identity(g, v, d, op, ops):
-    """x * 1, x + 0, -(-x), a reshape or cast to what x already is...: x."""
+def _exact_identity(g, v, d, op, ops, exact=False):
+    """x * 1, x + 0, -(-x), a reshape or cast to what x already is...: x.
+    exact: not x + 0 (for x = -0.0 the sum is +0.0); x - 0 stays, it is x."""
     if op == "mul":
         a, b = ops
         if _is_scalar_const(g, b, 1) and _same_type(g, a, v):
             return a
         if _is_scalar_const(g, a, 1) and _same_type(g, b, v):
             return b
-    elif op in ("add", "sub"):
+    elif op == "sub" or (op == "add" and not exact):
         a, b = ops
         if _is_scalar_const(g, b, 0) and _same_type(g, a, v):
             return a
