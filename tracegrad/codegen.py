@@ -73,15 +73,22 @@ def literal(value):
     return repr(v)
 
 
+def scalar_type(dtype):
+    """The NumPy scalar type's name in generated code: np.float64, np.bool_
+    (np.bool only exists from NumPy 2 on)."""
+    dtype = np.dtype(dtype)
+    return "np.bool_" if dtype.kind == "b" else f"np.{dtype.name}"
+
+
 def _const_code(arr):
+    t = scalar_type(arr.dtype)
     if arr.ndim == 0 and np.isfinite(arr).all() and arr.dtype.kind in "fiub":
-        return f"np.{arr.dtype.name}({literal(arr.item())})", False
+        return f"{t}({literal(arr.item())})", False
     if arr.size <= 16 and arr.dtype.kind in "fiub" and np.isfinite(arr).all():
-        return f"np.array({arr.tolist()!r}, dtype=np.{arr.dtype.name})", False
+        return f"np.array({arr.tolist()!r}, dtype={t})", False
     if arr.size and arr.dtype.kind in "fiub" and np.isfinite(arr.flat[0]) \
             and (arr == arr.flat[0]).all():  # one repeated value (zeros, a seed of ones)
-        return (f"np.full({tuple(arr.shape)!r}, {literal(arr.flat[0])}, "
-                f"dtype=np.{arr.dtype.name})"), False
+        return f"np.full({tuple(arr.shape)!r}, {literal(arr.flat[0])}, dtype={t})", False
     b = base64.b64encode(np.ascontiguousarray(arr).tobytes()).decode()
     return (f"np.frombuffer(base64.b64decode({b!r}), dtype={arr.dtype.str!r})"
             f".reshape({tuple(arr.shape)!r})"), True

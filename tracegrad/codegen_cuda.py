@@ -441,6 +441,7 @@ class DriverModule:
     def constant(self, node, arr):
         import base64
         import hashlib
+        from tracegrad.codegen import scalar_type
         arr = np.asarray(arr)
         key = (arr.dtype.str, arr.shape, hashlib.sha1(np.ascontiguousarray(arr).tobytes()).hexdigest())
         name = self._const_names.get(key)
@@ -448,7 +449,7 @@ class DriverModule:
             name = f"_c{len(self._const_names)}"
             self._const_names[key] = name
             if arr.size <= 16 and arr.dtype.kind in "fiub" and np.isfinite(arr).all():
-                code = f"np.array({arr.tolist()!r}, dtype=np.{arr.dtype.name})"
+                code = f"np.array({arr.tolist()!r}, dtype={scalar_type(arr.dtype)})"
             else:
                 b = base64.b64encode(np.ascontiguousarray(arr).tobytes()).decode()
                 code = (f"np.asarray(_numpy.frombuffer(base64.b64decode({b!r}), "
