@@ -697,9 +697,7 @@ class PrimNode(Node):
     __slots__ = ("prim", "attrs", "saved", "out_saved", "out_vbox", "out_ver", "in_meta",
                  "freed", "_nout")
 
-    def __init__(self, prim, attrs, args, out_data, next_functions, out_vbox=None, saved=None):
-        # saved: (operand, version) per operand when the caller has them at
-        # hand (the one-pass eager path), else built here.
+    def __init__(self, prim, attrs, args, out_data, next_functions, out_vbox=None):
         # Node.__init__, inlined: this runs once per recorded op
         self.next_functions = next_functions
         self.seq = next(_seq)
@@ -723,10 +721,8 @@ class PrimNode(Node):
                               else (a, None) for a in args]
                 self.in_meta = [_meta(a) for a in args]
             else:
-                if saved is None:
-                    saved = [(a, a._vbox[0]) if type(a) is Tensor or isinstance(a, Tensor)
-                             else (a, None) for a in args]
-                self.saved = saved
+                self.saved = saved = [(a, a._vbox[0]) if type(a) is Tensor or isinstance(a, Tensor)
+                                      else (a, None) for a in args]
                 if prim.view:
                     # a view's backward is linear in its operand and reads only
                     # its shape: an in-place change of the base is no error
@@ -999,7 +995,6 @@ def eager_bind(prim, args, attrs):
         # takes the general path below.
         arrays = []
         edges = []
-        saved = []
         needs_grad = False
         for a in args:
             ta = type(a)
@@ -1008,7 +1003,6 @@ def eager_bind(prim, args, attrs):
                 if type(d) is not _ndarray:
                     break
                 arrays.append(d)
-                saved.append((a, a._vbox[0]))
                 if a._requires_grad:
                     needs_grad = True
                     fn = a.grad_fn  # _edge_of, inlined
@@ -1018,7 +1012,6 @@ def eager_bind(prim, args, attrs):
                     edges.append(_NO_EDGE)
             elif ta is float or ta is int or ta is _ndarray or ta is bool:
                 arrays.append(a)
-                saved.append((a, None))
                 edges.append(_NO_EDGE)
             else:
                 break
@@ -1039,14 +1032,14 @@ def eager_bind(prim, args, attrs):
                     # a real view (advanced indexing and some reshapes copy
                     # instead): it shares its base's version counter
                     vbox = src._vbox
-                    t = Tensor(out, track, PrimNode(prim, attrs, args, out, tuple(edges), vbox,
-                                                    saved) if track else None, 0, vbox)
+                    t = Tensor(out, track, PrimNode(prim, attrs, args, out, tuple(edges), vbox)
+                               if track else None, 0, vbox)
                     t._base, t._view_fn = _view_chain(src, prim, attrs, args[1:])
                     return t
             if track:
                 vbox = [0]
-                return Tensor(out, True, PrimNode(prim, attrs, args, out, tuple(edges), vbox,
-                                                  saved), 0, vbox)
+                return Tensor(out, True, PrimNode(prim, attrs, args, out, tuple(edges), vbox),
+                              0, vbox)
             return Tensor(out)
     arrays = []
     needs_grad = False
