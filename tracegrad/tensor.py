@@ -776,13 +776,7 @@ class PrimNode(Node):
         out = []
         for a, v in saved:
             if v is not None and a._vbox[0] != v:
-                raise RuntimeError(
-                    f"one of the variables needed for gradient computation has been modified by "
-                    f"an inplace operation: [tensor of shape {list(a.shape)} and dtype {a.dtype}], "
-                    f"which is an input of {self.name()}, is at version {a._vbox[0]}; expected "
-                    f"version {v} instead. Hint: the backward of {self.prim.name} reads this "
-                    f"value; compute it out of place (e.g. x = x + y instead of x += y) or "
-                    f"clone() it before modifying it.")
+                self._in_modified(a, v)
             out.append(a.unpack() if type(a) is _Packed else a)
         return out
 

@@ -147,7 +147,8 @@ def _gather(nodes, seed_shape, seed_dtype, seed, output_nr):
     the generated code.
 
     The key is flat; it cannot confuse two tapes because each node's part
-    starts with its primitive and operand count, an edge is an int, and
+    starts with its primitive, attributes, output count and operand count,
+    an edge is an int (or a (node, output) pair for outputs 1 and up), and
     every operand adds a pair: (shape, dtype), (type, number) or (type,
     Aval)."""
     index = dict(zip(nodes, range(len(nodes))))
