@@ -185,6 +185,8 @@ CASES += [
     # linear algebra
     Case("einsum", [A(3, 4), A(4, 5)], {"subscripts": "ij,jk->ik"}),
     Case("einsum", [A(3, 3)], {"subscripts": "ii->i"}, id="einsum-diag"),
+    Case("einsum", [A(3, 4)], {"subscripts": "ab->ba"}, id="einsum-transpose"),
+    Case("einsum", [A(4)], {"subscripts": "a->a"}, id="einsum-identity"),
     Case("einsum", [A(3, 3)], {"subscripts": "ii->"}, id="einsum-trace"),
     Case("einsum", [A(3, 4), A(5)], {"subscripts": "ij,k->ik"}, id="einsum-summed-alone"),
     Case("einsum", [A(2, 3, 4), A(2, 4, 5)], {"subscripts": "bij,bjk->bik"}, id="einsum-bmm"),
@@ -451,6 +453,33 @@ def test_numpy_emitter_evaluates_like_impl(case):
         g = np.asarray(g)
         assert g.shape == w.shape and g.dtype == w.dtype, expr
         np.testing.assert_array_equal(g, w, err_msg=expr)
+
+
+@pytest.mark.parametrize("case", CASES, ids=repr)
+def test_emitted_views_are_known_to_the_buffer_planner(case):
+    """A row whose emitted NumPy call returns memory of an operand must say
+    so (view, may_view or a "{0}" emitter): the buffer planner would
+    otherwise write into that operand with out= while the view lives."""
+    prim = REGISTRY[case.prim]
+    vals = _draw(case)
+    names = [f"v{i}" for i in range(len(vals))]
+    env = {"np": np, "math": __import__("math")}
+    for h in prim.helpers:
+        env[h] = getattr(runtime_numpy, h)
+    env.update(zip(names, vals))
+    with np.errstate(all="ignore"):
+        got = eval(_emit(prim, names, case.attrs), env)
+    got = got if isinstance(got, tuple) else (got,)
+    shares = any(isinstance(g, np.ndarray) and isinstance(v, np.ndarray) and np.shares_memory(g, v)
+                 for g in got for v in vals)
+    if shares:
+        assert prim.aliases_operands, f"{case.prim}: the emitted call returns a view"
+
+
+def test_eager_one_operand_einsum_owns_its_memory():
+    x = tg.tensor(np.arange(6.).reshape(2, 3))
+    y = tg.einsum("ab->ba", x)
+    assert not np.shares_memory(y.numpy(), x.numpy())
 
 
 F32_CASES = [c for c in DIFF_CASES if c.f32]

@@ -108,10 +108,6 @@ def _ufunc_of(prim, n_operands):
     return None
 
 
-def _aliases(prim):
-    return prim.view or prim.numpy == "{0}"
-
-
 def _source_comment(loc):
     if not loc:
         return None
@@ -168,7 +164,7 @@ class Lowered:
                 if d["op"] == "proj":
                     aliased.add(ir.operands(g, v)[0])
                 continue
-            if _aliases(primitives.get(d["op"])):
+            if primitives.get(d["op"]).aliases_operands:
                 aliased.update(ir.operands(g, v))
                 views.add(v)
         owned = set()   # fresh ufunc results: ours to overwrite once dead

@@ -56,12 +56,12 @@ class Aval(NamedTuple):
 
 class Primitive:
     __slots__ = ("name", "impl", "shape", "vjp", "jvp", "numpy", "cupy", "cuda",
-                 "nondiff", "n_out", "save_inputs", "save_out", "view",
+                 "nondiff", "n_out", "save_inputs", "save_out", "view", "may_view",
                  "ufunc", "helpers", "elementwise", "batch", "backward_name", "doc")
 
     def __init__(self, name, impl, shape=None, vjp=None, jvp=None, numpy=None,
                  cupy=None, cuda=None, nondiff=False, n_out=1, save_inputs=True,
-                 save_out=False, view=False, ufunc=None, helpers=(),
+                 save_out=False, view=False, may_view=False, ufunc=None, helpers=(),
                  elementwise=False, batch=None, doc=None):
         self.name = name
         self.impl = impl
@@ -85,6 +85,11 @@ class Primitive:
         # view: the eager output shares memory (and version counter) with
         # operand 0.
         self.view = view
+        # may_view: the emitted NumPy call may return a view of an operand
+        # for some attributes (a one-operand einsum), so the code generator's
+        # buffer planner must never write into that operand while the
+        # result lives.  ``view`` rows and "{0}" emitters alias by nature.
+        self.may_view = may_view
         # ufunc: NumPy ufunc name when the op is one, so codegen may write
         # into a reused buffer with out=.
         self.ufunc = ufunc
@@ -98,6 +103,11 @@ class Primitive:
         self.batch = batch
         self.backward_name = "".join(p.capitalize() for p in name.split("_")) + "Backward0"
         self.doc = doc
+
+    @property
+    def aliases_operands(self):
+        """Can the generated NumPy result share memory with an operand?"""
+        return self.view or self.may_view or self.numpy == "{0}"
 
     def num_outputs(self, attrs):
         n = self.n_out

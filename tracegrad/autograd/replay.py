@@ -444,11 +444,11 @@ def _explain(msg):
 def _computed_here(g, v):
     """Is output v an array the generated code made (not an argument, a
     module constant, or a view of one)?"""
-    from tracegrad import codegen, ir
+    from tracegrad import ir
     while True:
         op = g.nodes[v]["op"]
         if op in ("input", "const"):
             return False
-        if op == "proj" or not codegen._aliases(primitives.get(op)):
+        if op == "proj" or not primitives.get(op).aliases_operands:
             return op != "proj"
         v = ir.operands(g, v)[0]

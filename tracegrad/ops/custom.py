@@ -104,6 +104,7 @@ custom_vjp_p = register(
     lambda xp, *operands, fn, n_out, statics, tensor_pos, source: tuple(operands[:n_out]),
     shape=lambda *avals, fn, n_out, statics, tensor_pos, source: tuple(avals[:n_out]),
     vjp=_custom_vjp, jvp=_custom_jvp, numpy=_custom_numpy,
+    may_view=True,  # the emitted tuple holds the forward outputs themselves
     n_out=lambda fn, n_out, statics, tensor_pos, source: n_out,
     doc="A custom autograd.Function in compiled code: forward outputs pass through; "
         "the vjp is the user's backward.")

@@ -123,10 +123,21 @@ def _einsum_jvp(ts, out, *xs, subscripts):
     return total
 
 
+def _einsum_impl(xp, *xs, subscripts):
+    r = xp.einsum(subscripts, *xs)
+    # One operand: NumPy may return a view of it ('ab->ba', 'ii->i'); an
+    # eager result owns its memory (in-place ops on it must not reach x).
+    if len(xs) == 1 and xp.may_share_memory(r, xs[0]):
+        r = r.copy()
+    return r
+
+
+# may_view: the emitted np.einsum of one operand can be a view of it, so
+# the buffer planner keeps that operand's memory alive.
 einsum_p = register(
-    "einsum", lambda xp, *xs, subscripts: xp.einsum(subscripts, *xs),
+    "einsum", _einsum_impl,
     shape=shape_by_eval(lambda xp, *xs, subscripts: xp.einsum(subscripts, *xs)),
-    vjp=_einsum_vjp, jvp=_einsum_jvp,
+    vjp=_einsum_vjp, jvp=_einsum_jvp, may_view=True,
     numpy=lambda names, subscripts: f"np.einsum({subscripts!r}, {', '.join(names)})")
 
 
