@@ -18,8 +18,10 @@ import numpy as np
 from tracegrad import cache
 from tracegrad._version import __version__
 from tracegrad.autograd.profiler_state import _state as _prof_state
+from tracegrad.graph_call import arg_names, leaf_array
+from tracegrad import primitives
 from tracegrad.primitives import Aval
-from tracegrad.trace import (trace_function, tree_flatten, tree_unflatten,
+from tracegrad.trace import (Tracer, trace_function, tree_flatten, tree_unflatten,
                              leaf_paths)
 
 _ALL = weakref.WeakSet()
@@ -37,24 +39,6 @@ def _norm_argnums(argnums):
     if isinstance(argnums, int):
         return (argnums,), True
     return tuple(argnums), False
-
-
-def _leaf_array(x, where):
-    """The array behind one argument leaf, and whether it was a Tensor."""
-    t = type(x)
-    if t is np.ndarray:
-        return x, False
-    if hasattr(x, "grad_fn") and hasattr(x, "_data"):
-        return x._data, True
-    if isinstance(x, (bool, int, float)) or isinstance(x, np.generic):
-        return np.asarray(x), False
-    if t.__module__.startswith("cupy"):
-        return x, False
-    if hasattr(x, "__array__") and not isinstance(x, (str, bytes)):
-        return np.asarray(x), False
-    raise TypeError(f"{where}: tracegrad compiles functions of arrays and numbers (and tuples, "
-                    f"lists and dicts of them); got a {t.__name__}. Pass non-array arguments "
-                    f"as static (static_argnums=/static_argnames=).")
 
 
 class Lowered:
@@ -106,7 +90,9 @@ class Compiled:
 
     def __init__(self, fn, kind="forward", argnums=0, has_aux=False, backend=None,
                  static_argnums=(), static_argnames=()):
-        if isinstance(fn, Compiled):
+        if isinstance(fn, Compiled) and fn.kind == "forward":
+            # tg.grad(tg.compile(f)) is tg.grad(f); a transformed function
+            # (tg.grad(tg.grad(f))) stays whole: tracing it inlines its graph
             static_argnums = static_argnums or fn.static_argnums
             static_argnames = static_argnames or fn.static_argnames
             backend = backend or fn.backend
@@ -132,7 +118,9 @@ class Compiled:
             self._params = []
         self._fast = {}
         self._arrays_only = {}
-        functools.update_wrapper(self, fn)
+        # the name and docstring only: merging fn.__dict__ would copy a
+        # transformed fn's own state (kind, fn) over this one's
+        functools.update_wrapper(self, fn, updated=())
         _ALL.add(self)
 
     def __repr__(self):
@@ -208,10 +196,14 @@ class Compiled:
                 if run is not None:
                     return run(args)
         leaves, ranges, kw_tree, statics, names = self._flatten(args, kwargs)
+        if _inside_another_transform(leaves, self.kind):
+            if self.kind == "forward":
+                return self.fn(*args, **kwargs)   # its ops join the caller's trace
+            return self._call_inline(leaves, ranges, kw_tree, statics, names, len(args))
         arrays = []
         tensors = False
         for j, x in enumerate(leaves):
-            a, is_t = _leaf_array(x, f"argument leaf '{names[j] if j < len(names) else j}'")
+            a, is_t = leaf_array(x, f"argument leaf '{names[j] if j < len(names) else j}'")
             arrays.append(a)
             tensors |= is_t
         sig = (tuple((a.shape, a.dtype.char, type(a)) for a in arrays),
@@ -244,7 +236,7 @@ class Compiled:
         try:
             self(*args, **kwargs)          # make sure the signature is built
             leaves, ranges, kw_tree, statics, names = self._flatten(args, kwargs)
-            arrays = [_leaf_array(x, "argument")[0] for x in leaves]
+            arrays = [leaf_array(x, "argument")[0] for x in leaves]
             sig = (tuple((a.shape, a.dtype.char, type(a)) for a in arrays),
                    tuple((r[0], r[3]) for r in ranges), kw_tree, statics, len(args))
             entry = self._fast.get(sig)
@@ -367,14 +359,7 @@ class Compiled:
         trace, out_tree, avals, backend = self._trace(arrays, ranges, kw_tree, statics, names, nargs)
         wrt = self._wrt_leaves(ranges) if kind != "forward" and kind != "vjp" and kind != "jvp" \
             else [(None, 0, len(arrays))]
-        if kind in ("grad", "value_and_grad", "jacrev", "jacfwd", "hessian"):
-            for a, lo, hi in wrt:
-                for j in range(lo, hi):
-                    if not np.issubdtype(avals[j].dtype, np.inexact):
-                        raise TypeError(
-                            f"{kind} of {self.__name__}: argument '{names[j]}' has dtype "
-                            f"{avals[j].dtype}; gradients are defined for floating-point inputs. "
-                            f"Convert it (x.astype(np.float64)) or choose other argnums.")
+        self._check_wrt(kind, avals, wrt, names)
         parts = self._key_parts(kind, trace, avals, statics, backend, wrt)
         khash = cache.key_hash(parts)
         ns = None if lower else cache.lookup(khash)
@@ -390,10 +375,40 @@ class Compiled:
         entry.fns = ns[_FN_NAME[kind]]
         return entry
 
+    def _check_wrt(self, kind, avals, wrt, names):
+        if kind in ("grad", "value_and_grad", "jacrev", "jacfwd", "hessian"):
+            for a, lo, hi in wrt:
+                for j in range(lo, hi):
+                    if not np.issubdtype(avals[j].dtype, np.inexact):
+                        raise TypeError(
+                            f"{kind} of {self.__name__}: argument '{names[j]}' has dtype "
+                            f"{avals[j].dtype}; gradients are defined for floating-point inputs. "
+                            f"Convert it (x.astype(np.float64)) or choose other argnums.")
+
+    def _call_inline(self, leaves, ranges, kw_tree, statics, names, nargs):
+        """A transformed function called on values of an enclosing transform
+        (tracers) or on Tensors that record the tape: its transformed graph
+        is evaluated op by op on those values, so the caller differentiates
+        through it (grad of grad, a gradient inside a compiled step)."""
+        from tracegrad import ir
+        avals = [primitives.aval_of(x) for x in leaves]
+        sig = ("inline", tuple(avals), tuple((r[0], r[3]) for r in ranges), kw_tree, statics, nargs)
+        hit = self._fast.get(sig)
+        if hit is None:
+            trace, out_tree, avals, _ = self._trace(avals, ranges, kw_tree, statics, names, nargs)
+            wrt = self._wrt_leaves(ranges)
+            self._check_wrt(self.kind, avals, wrt, names)
+            g = _transform_graph(self.kind, trace, wrt)
+            hit = self._fast[sig] = (g, _Entry(None, out_tree, len(trace.outputs), None, wrt, avals))
+        g, entry = hit
+        outer = next((x._trace for x in leaves if type(x) is Tracer), None)
+        outs = ir.eval_graph(g, leaves, trace=outer)[0]
+        return self._run(entry, leaves, ranges, lambda *_: outs)
+
     def lower(self, *args, **kwargs):
         """Trace and generate without running: -> Lowered (graph, source, dot())."""
         leaves, ranges, kw_tree, statics, names = self._flatten(args, kwargs)
-        arrays = [_leaf_array(x, "argument")[0] for x in leaves]
+        arrays = [leaf_array(x, "argument")[0] for x in leaves]
         return self._build(self.kind, arrays, ranges, kw_tree, statics, names, len(args), lower=True)
 
     # --- compiled calls on the eager tape ---------------------------------------------------
@@ -415,10 +430,25 @@ _FN_NAME = {"forward": "forward", "grad": "value_and_grad", "value_and_grad": "v
             "jacrev": "jacobian", "jacfwd": "jacobian", "hessian": "hessian"}
 
 
-def _compile(kind, trace, wrt, names, compiled, parts, khash):
-    """Trace -> graph -> transform -> passes -> NumPy source."""
-    from tracegrad import adjoint, codegen, ir, passes
-    cache.count("compiles")
+def _inside_another_transform(leaves, kind):
+    """Is this call part of an enclosing computation to differentiate: a
+    traced argument, or (for a derivative) a Tensor recording the tape?"""
+    tape = None
+    for x in leaves:
+        if type(x) is Tracer:
+            return True
+        if kind != "forward" and getattr(x, "requires_grad", False):
+            if tape is None:
+                from tracegrad.autograd.grad_mode import state
+                tape = state.grad_enabled
+            if tape:
+                return True
+    return False
+
+
+def _transform_graph(kind, trace, wrt):
+    """Trace -> graph -> the transform's graph, optimised."""
+    from tracegrad import adjoint, ir, passes
     g = ir.from_trace(trace)
     passes.optimize(g)
     wrt_leaves = [j for _, lo, hi in wrt for j in range(lo, hi)]
@@ -431,7 +461,15 @@ def _compile(kind, trace, wrt, names, compiled, parts, khash):
     elif kind == "hessian":
         g = adjoint.hessian(g, wrt_leaves)
     passes.optimize(g)
-    args = _arg_names(names)
+    return g
+
+
+def _compile(kind, trace, wrt, names, compiled, parts, khash):
+    """Trace -> transformed graph -> NumPy source."""
+    from tracegrad import codegen
+    cache.count("compiles")
+    g = _transform_graph(kind, trace, wrt)
+    args = arg_names(names)
     fn = compiled.fn
     src = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
     try:
@@ -453,17 +491,6 @@ def _compile(kind, trace, wrt, names, compiled, parts, khash):
     source = generate([(g, _FN_NAME[kind], args, doc)], source=src,
                       transform=parts["transform"], key=khash)
     return g, source
-
-
-def _arg_names(names):
-    from tracegrad.codegen import identifier
-    taken = set()
-    out = []
-    for n in names:
-        s = identifier(n, taken)
-        taken.add(s)
-        out.append(s)
-    return out
 
 
 def _wrt_desc(wrt, names):
@@ -543,7 +570,7 @@ def vjp(fn, *primals, has_aux=False, backend=None, static_argnums=(), static_arg
     """``(outputs, vjp_fn)``: vjp_fn(cotangents) -> one cotangent per dynamic
     primal (static ones, named by ``static_argnums``, get none)."""
     from tracegrad import graph_call
-    if isinstance(fn, Compiled):
+    if isinstance(fn, Compiled) and fn.kind == "forward":
         fn = fn.fn
     f, dyn, _ = _bind_statics(fn, primals, static_argnums, static_argnames, "vjp")
     return graph_call.vjp(f, dyn, has_aux, backend)
@@ -553,7 +580,7 @@ def jvp(fn, primals, tangents, *, backend=None, static_argnums=(), static_argnam
     """``(outputs, output_tangents)`` by forward mode; ``tangents`` has one
     entry per dynamic primal."""
     from tracegrad import graph_call
-    if isinstance(fn, Compiled):
+    if isinstance(fn, Compiled) and fn.kind == "forward":
         fn = fn.fn
     f, dyn, _ = _bind_statics(fn, tuple(primals), static_argnums, static_argnames, "jvp")
     return graph_call.jvp(f, dyn, tangents, backend)

@@ -27,6 +27,35 @@ from tracegrad import primitives
 from tracegrad.primitives import Aval
 
 
+def leaf_array(x, where):
+    """The array behind one argument leaf, and whether it was a Tensor."""
+    t = type(x)
+    if t is np.ndarray:
+        return x, False
+    if hasattr(x, "grad_fn") and hasattr(x, "_data"):
+        return x._data, True
+    if isinstance(x, (bool, int, float)) or isinstance(x, np.generic):
+        return np.asarray(x), False
+    if t.__module__.startswith("cupy"):
+        return x, False
+    if hasattr(x, "__array__") and not isinstance(x, (str, bytes)):
+        return np.asarray(x), False
+    raise TypeError(f"{where}: tracegrad compiles functions of arrays and numbers (and tuples, "
+                    f"lists and dicts of them); got a {t.__name__}. Pass non-array arguments "
+                    f"as static (static_argnums=/static_argnames=).")
+
+
+def arg_names(names):
+    from tracegrad.codegen import identifier  # the code generator loads on first build
+    taken = set()
+    out = []
+    for n in names:
+        s = identifier(n, taken)
+        taken.add(s)
+        out.append(s)
+    return out
+
+
 class GraphFunction:
     """A graph compiled to NumPy, keyed by its structure in the cache."""
     # "cupy": generate the CUDA target's driver (tracegrad/codegen_cuda.py);
@@ -67,14 +96,13 @@ class GraphFunction:
 
     def source(self):
         from tracegrad import codegen
-        from tracegrad.api import _arg_names
         parts = self._parts()
         generate = codegen.generate_numpy
         if self.backend == "cupy":  # the CUDA target: same function name, run
             from tracegrad import codegen_cuda
             generate = codegen_cuda.generate_driver
         return generate(
-            [(self.graph, "run", _arg_names(self.graph_arg_names()), f"{self.name}.")],
+            [(self.graph, "run", arg_names(self.graph_arg_names()), f"{self.name}.")],
             source=self.name, transform=self.key[:16], key=cache.key_hash(parts))
 
     def graph_arg_names(self):
@@ -262,9 +290,8 @@ class CompiledBackward(Node):
 # --- tg.vjp and tg.jvp ---------------------------------------------------------------
 
 def _trace_flat(fn, primals, backend):
-    from tracegrad.api import _leaf_array
     leaves, tree = tree_flatten(tuple(primals))
-    arrays = [_leaf_array(x, "primal")[0] for x in leaves]
+    arrays = [leaf_array(x, "primal")[0] for x in leaves]
     names = leaf_paths(tree, "x")
     avals = [Aval(tuple(a.shape), a.dtype) for a in arrays]
 
@@ -283,9 +310,6 @@ _VJP_CACHE: dict = {}
 
 
 def vjp(fn, primals, has_aux, backend):
-    from tracegrad.api import Compiled
-    if isinstance(fn, Compiled):
-        fn = fn.fn
     trace, out_tree, in_tree, arrays, names, name = _trace_flat(fn, primals, backend)
     key = trace.structure_hash()
     gf = _VJP_CACHE.get(key)
@@ -328,9 +352,6 @@ def vjp(fn, primals, has_aux, backend):
 
 
 def jvp(fn, primals, tangents, backend):
-    from tracegrad.api import Compiled, _leaf_array
-    if isinstance(fn, Compiled):
-        fn = fn.fn
     primals, tangents = tuple(primals), tuple(tangents)
     trace, out_tree, in_tree, arrays, names, name = _trace_flat(fn, primals, backend)
     t_leaves, t_tree = tree_flatten(tangents)
@@ -338,7 +359,7 @@ def jvp(fn, primals, tangents, backend):
         raise ValueError("jvp: tangents must have the same structure as primals")
     t_arrays = []
     for t, a in zip(t_leaves, arrays):
-        t = primitives.array_module(a).asarray(_leaf_array(t, "tangent")[0], dtype=a.dtype)  # CuPy too
+        t = primitives.array_module(a).asarray(leaf_array(t, "tangent")[0], dtype=a.dtype)  # CuPy too
         if t.shape != a.shape:
             raise ValueError(f"jvp: tangent of shape {t.shape} for a primal of shape {a.shape}")
         t_arrays.append(t)

@@ -328,7 +328,7 @@ def _build(nodes, arrays, key, seed_given, targets):
     path to one run, as in the interpreter."""
     from tracegrad import codegen, ir, passes
     from tracegrad.adjoint import _const_tracer
-    from tracegrad.api import _arg_names
+    from tracegrad.graph_call import arg_names
     from tracegrad.cache import _exec_source
     from tracegrad.ops import add
     from tracegrad.primitives import Aval
@@ -414,7 +414,7 @@ def _build(nodes, arrays, key, seed_given, targets):
                + ("the loss's cotangent and " if seed_given else "")
                + f"saved arrays in, the gradients of {len(leaves)} leaf tensors out"
                + ("." if seed_given else " (the loss's cotangent is ones)."))
-        source = codegen.generate_numpy([(g, "backward", _arg_names(names), doc)],
+        source = codegen.generate_numpy([(g, "backward", arg_names(names), doc)],
                                         source="eager tape", transform="backward replay",
                                         key=khash)
         filename = f"<tracegrad backward replay {khash[:12]}>"
