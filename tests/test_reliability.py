@@ -65,3 +65,67 @@ def test_replayed_backward_through_a_one_operand_einsum():
         loss.backward()
         np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-12,
                                    err_msg=f"backward {step + 1}")
+
+
+# --- static values, crashes and errors -------------------------------------------------
+
+def test_statics_that_compare_equal_do_not_share_a_trace():
+    x = np.array([1.0, 2.0])
+    f = tg.compile(lambda x, s: x * np.copysign(1., s), static_argnums=1)
+    np.testing.assert_array_equal(f(x, 0.), x)
+    np.testing.assert_array_equal(f(x, -0.), -x)
+    g = tg.compile(lambda x, s: x * (3 if s is True else 2), static_argnums=1)
+    np.testing.assert_array_equal(g(x, True), 3 * x)
+    np.testing.assert_array_equal(g(x, 1), 2 * x)
+    h = tg.compile(lambda x, s: x * (3 if isinstance(s, float) else 2), static_argnames="s")
+    np.testing.assert_array_equal(h(x, s=1), 2 * x)
+    np.testing.assert_array_equal(h(x, s=1.0), 3 * x)
+    # a NaN static is one key, not a retrace per call
+    k = tg.compile(lambda x, s: x + s, static_argnums=1)
+    k(x, float("nan"))
+    traces = tg.cache_info()["traces"]
+    k(x, float("nan"))
+    assert tg.cache_info()["traces"] == traces
+
+
+def test_grad_through_an_indexed_element_times_a_number():
+    x = np.array([.1, .2, .3])
+    np.testing.assert_array_equal(tg.grad(lambda x: np.sum(x[1] * 2.0))(x), [0., 2., 0.])
+    g32 = tg.grad(lambda x: np.sum(x[[1, 1]] * 2.0))(x.astype(np.float32))
+    assert g32.dtype == np.float32
+    np.testing.assert_array_equal(g32, [0., 4., 0.])
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda x: tg.grad(lambda x: None)(x), "returned None"),
+    (lambda x: tg.value_and_grad(lambda x: None)(x), "returned None"),
+    (lambda x: tg.grad(lambda x: np.sum(x), has_aux=True)(x), "must return a pair"),
+    (lambda x: tg.grad(lambda x: (np.sum(x), x * 2))(x), "pass has_aux=True"),
+    (lambda x: tg.grad(lambda x: [np.sum(x)])(x), "a list of 1 value"),
+    (lambda x: tg.hessian(lambda x: (np.sum(x), 1.0))(x), "one scalar output"),
+    (lambda x: tg.jvp(lambda x: x * 2, np.ones(3), np.ones(3)), r"tg.jvp\(f, \(x,\), \(t,\)\)"),
+])
+def test_misused_transforms_say_what_to_write(call, message):
+    with pytest.raises(TypeError, match=message):
+        call(np.ones(3))
+
+
+def test_item_assignment_on_a_traced_value_names_the_remedy():
+    def f(x):
+        y = x * 2
+        y[0] = 5.0
+        return np.sum(y)
+    with pytest.raises(tg.TraceError, match=r"y\[0\] = 5.0(.|\n)*tg.setitem(.|\n)*np.where"):
+        tg.grad(f)(np.ones(3))
+
+    def g(x):   # what the message suggests works
+        return np.sum(tg.setitem(x * 2, 0, 5.0))
+    np.testing.assert_array_equal(tg.grad(g)(np.ones(3)), [0., 2., 2.])
+
+
+def test_a_one_element_output_counts_as_a_scalar():
+    x = np.array([.5, -1.0])
+    np.testing.assert_allclose(tg.grad(lambda x: np.sum(x ** 2, keepdims=True))(x), 2 * x)
+    v, g = tg.value_and_grad(lambda x: (x[None, :1] * 3.0))(x)
+    assert v.shape == (1, 1)
+    np.testing.assert_array_equal(g, [3., 0.])

@@ -90,13 +90,15 @@ def reverse(g, wrt, seed="input", keep_outputs=True):
     if seed == "ones":
         v = out_nodes[0]
         d = g.nodes[v]
-        if d["shape"] != ():
+        # a one-element output (shape (1,) or (1, 1)) counts as a scalar, as
+        # in HIPS autograd
+        if int(np.prod(d["shape"])) != 1:
             raise TypeError(f"grad requires a scalar output, but the function returns "
                             f"{d['dtype']}{list(d['shape'])}; use tg.vjp or tg.jacobian for "
                             f"non-scalar outputs, or reduce it (e.g. .sum())")
         if not is_float(d["dtype"]):
             raise TypeError(f"grad requires a floating-point output, got {d['dtype']}")
-        ct_env[v] = _const_tracer(T, np.ones((), d["dtype"]))
+        ct_env[v] = _const_tracer(T, np.ones(d["shape"], d["dtype"]))
     else:
         for i, v in enumerate(out_nodes):
             d = g.nodes[v]

@@ -207,7 +207,7 @@ class Compiled:
             arrays.append(a)
             tensors |= is_t
         sig = (tuple((a.shape, a.dtype.char, type(a)) for a in arrays),
-               tuple((r[0], r[3]) for r in ranges), kw_tree, statics, len(args))
+               tuple((r[0], r[3]) for r in ranges), kw_tree, static_key(statics), len(args))
         if tensors and self.kind == "forward":
             from tracegrad.autograd.grad_mode import state
             if state.grad_enabled and any(getattr(x, "requires_grad", False) for x in leaves):
@@ -238,7 +238,7 @@ class Compiled:
             leaves, ranges, kw_tree, statics, names = self._flatten(args, kwargs)
             arrays = [leaf_array(x, "argument")[0] for x in leaves]
             sig = (tuple((a.shape, a.dtype.char, type(a)) for a in arrays),
-                   tuple((r[0], r[3]) for r in ranges), kw_tree, statics, len(args))
+                   tuple((r[0], r[3]) for r in ranges), kw_tree, static_key(statics), len(args))
             entry = self._fast.get(sig)
         finally:
             _prof_state.current = prof
@@ -338,7 +338,30 @@ class Compiled:
 
         trace, out_tree = trace_function(self.fn, avals, rebuild, names, backend)
         cache.count("traces")
+        self._check_out_tree(out_tree)
         return trace, out_tree, avals, backend
+
+    def _check_out_tree(self, out_tree):
+        """A derivative of a scalar needs exactly one output (and its aux)."""
+        kind = self.kind
+        if kind not in ("grad", "value_and_grad", "hessian"):
+            return
+        what = f"tg.{kind} of {self.__name__}"
+        value_tree = out_tree
+        if self.has_aux:
+            if out_tree[0] not in ("tuple", "list") or len(out_tree[1]) != 2:
+                raise TypeError(f"{what} with has_aux=True: the function must return a pair "
+                                f"(output, aux), but it returned {_describe_tree(out_tree)}")
+            value_tree = out_tree[1][0]
+        if value_tree == ("none",):
+            raise TypeError(f"{what}: the function returned None; it must return the scalar "
+                            f"to differentiate (is a `return` missing?)")
+        if value_tree != ("leaf",):
+            raise TypeError(
+                f"{what}: the function returned {_describe_tree(value_tree)}, but {kind} needs "
+                f"one scalar output. If the other values are auxiliary data, return "
+                f"(output, aux) and pass has_aux=True; for several outputs use tg.jacobian "
+                f"or tg.vjp.")
 
     def _key_parts(self, kind, trace, avals, statics, backend, wrt):
         from tracegrad.cache import templates_hash
@@ -392,7 +415,8 @@ class Compiled:
         through it (grad of grad, a gradient inside a compiled step)."""
         from tracegrad import ir
         avals = [primitives.aval_of(x) for x in leaves]
-        sig = ("inline", tuple(avals), tuple((r[0], r[3]) for r in ranges), kw_tree, statics, nargs)
+        sig = ("inline", tuple(avals), tuple((r[0], r[3]) for r in ranges), kw_tree,
+               static_key(statics), nargs)
         hit = self._fast.get(sig)
         if hit is None:
             trace, out_tree, avals, _ = self._trace(avals, ranges, kw_tree, statics, names, nargs)
@@ -428,6 +452,31 @@ class Compiled:
 
 _FN_NAME = {"forward": "forward", "grad": "value_and_grad", "value_and_grad": "value_and_grad",
             "jacrev": "jacobian", "jacfwd": "jacobian", "hessian": "hessian"}
+
+
+def static_key(value):
+    """A static value as a key that tells apart what compares equal but
+    computes differently: 0.0 and -0.0, True and 1, 1 and 1.0, NaNs."""
+    t = type(value)
+    if t in (tuple, list):
+        return (t.__name__,) + tuple(static_key(v) for v in value)
+    if t is float:
+        return ("float", value.hex())
+    if t is complex:
+        return ("complex", value.real.hex(), value.imag.hex())
+    if isinstance(value, np.generic):
+        return (t.__name__, value.tobytes())
+    return (t, value)
+
+
+def _describe_tree(tree):
+    kind = tree[0]
+    if kind == "leaf":
+        return "an array"
+    if kind == "none":
+        return "None"
+    n = len(tree[2] if kind in ("namedtuple", "dict") else tree[1])
+    return f"a {kind} of {n} value{'s' if n != 1 else ''}"
 
 
 def _inside_another_transform(leaves, kind):
@@ -582,5 +631,10 @@ def jvp(fn, primals, tangents, *, backend=None, static_argnums=(), static_argnam
     from tracegrad import graph_call
     if isinstance(fn, Compiled) and fn.kind == "forward":
         fn = fn.fn
+    for what, v in (("primals", primals), ("tangents", tangents)):
+        if not isinstance(v, (tuple, list)):
+            raise TypeError(f"tg.jvp(f, primals, tangents) takes {what} as a tuple or list "
+                            f"with one entry per argument of f, got a {type(v).__name__}; "
+                            f"for one argument write tg.jvp(f, (x,), (t,))")
     f, dyn, _ = _bind_statics(fn, tuple(primals), static_argnums, static_argnames, "jvp")
     return graph_call.jvp(f, dyn, tangents, backend)

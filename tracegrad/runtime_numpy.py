@@ -28,7 +28,7 @@ def _index_add(g, shape, idx, xp=np):
     the sum of their cotangents (plain ``z[idx] = g`` would keep only one).
     Any NumPy index works (slices, None, Ellipsis, integer and boolean
     arrays), because the flat positions are found by indexing an arange."""
-    out = xp.zeros(shape, g.dtype)
+    out = xp.zeros(shape, np.result_type(g))  # g may be a folded Python number
     if not any(isinstance(i, (list,)) or hasattr(i, "dtype") for i in idx):
         out[idx] = g  # basic indexing selects every position at most once
         return out
@@ -44,7 +44,7 @@ def _index_add(g, shape, idx, xp=np):
 def _index_set(g, shape, idx, xp=np):
     """A zero array of ``shape`` holding ``g`` at the basic index ``[idx]``
     (slices, integers, None, Ellipsis: each position at most once)."""
-    out = xp.zeros(shape, g.dtype)
+    out = xp.zeros(shape, np.result_type(g))  # g may be a folded Python number
     out[idx] = g
     return out
 
