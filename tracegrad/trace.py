@@ -139,6 +139,17 @@ class Tracer(ArrayMethods):
             raise TypeError("iteration over a 0-d array")
         return (self[i] for i in range(self.shape[0]))
 
+    def __setitem__(self, idx, value):
+        loc = _user_frame()
+        where = f"{loc[0]}, line {loc[1]}" if loc else "your function"
+        src = _source_line(loc)
+        raise TraceError(
+            f"item assignment on a traced value at {where}"
+            + (f":\n    {src}\n" if src else ". ")
+            + "Compiled code has no in-place updates of arrays it computes. Write "
+            "y = tg.setitem(y, index, value) (a copy of y with y[index] = value, "
+            "differentiable in y and value), or np.where(mask, value, y).")
+
     def detach(self):
         from tracegrad.ops import stop_gradient
         return stop_gradient(self)
