@@ -256,6 +256,25 @@ if "basis" in REGISTRY:  # the Jacobian seed row of the batching pass (no operan
     CASES.append(Case("basis", [], {"shape": (2, 3), "dtype": "float64"}))
 
 
+def _random_draw(method, args, kwargs=None):
+    # random_draw: distributions of one value, so emitter and impl agree
+    # exactly; the operand is the ordering token.  NumPy's streams, fresh
+    # draws per call and the errors: tests/test_random.py.
+    from tracegrad.ops.random import draw_attrs
+    return Case("random_draw", [Const(np.zeros(2))], draw_attrs(method, args, kwargs),
+                id=f"random_draw-{method}")
+
+
+CASES += [
+    _random_draw("normal", (2.5, 0.0), {"size": (3, 4)}),
+    _random_draw("uniform", (1.5, 1.5, (2, 3))),
+    _random_draw("binomial", (5, 1.0), {"size": 4}),
+    _random_draw("randint", (3, 4), {"size": 3, "dtype": np.int32}),
+    _random_draw("choice", ([7.5],), {"size": (2, 2)}),
+    _random_draw("poisson", (0.0,)),  # size=None: NumPy returns a Python scalar
+]
+
+
 # --- helpers ---------------------------------------------------------------------------------
 
 def _rng(case, salt=""):

@@ -428,7 +428,9 @@ def trace_function(fn, leaves_avals, rebuild_args, names, backend="numpy"):
     trace = Trace(backend)
     tracers = [trace.new_input(a, n) for a, n in zip(leaves_avals, names)]
     args, kwargs = rebuild_args(tracers)
-    out = fn(*args, **kwargs)
+    from tracegrad.ops.random import tracing_random_draws  # np.random.* draws become nodes
+    with tracing_random_draws(trace, fn, args, kwargs) as (args, kwargs):
+        out = fn(*args, **kwargs)
     out_leaves, out_tree = tree_flatten(out)
     for o in out_leaves:
         if isinstance(o, Tracer):

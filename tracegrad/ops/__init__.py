@@ -9,10 +9,10 @@ import sys as _sys
 import types as _types
 
 from tracegrad.ops import (_define, base, elementwise, reductions, shape, indexing, linalg, nn,
-                           custom, devices)
+                           custom, devices, random)
 
 __all__ = ["linalg"]
-for _mod in (base, elementwise, reductions, shape, indexing, linalg, nn, custom, devices):
+for _mod in (base, elementwise, reductions, shape, indexing, linalg, nn, custom, devices, random):
     _names = getattr(_mod, "__all__", None)
     if _names is None:  # base: the functions it defines, not what it imports
         _names = [k for k, v in vars(_mod).items() if not k.startswith("_")
