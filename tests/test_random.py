@@ -406,3 +406,31 @@ def test_shape_rule_leaves_the_users_random_state_alone():
     before = np.random.get_state()[1].copy()
     tg_random.draw_attrs("normal", (), {"size": 1000})
     assert np.array_equal(np.random.get_state()[1], before)
+
+
+# --- the CUDA target ---------------------------------------------------------------------
+
+def test_cuda_target_draws_numpys_numbers_on_the_host(cache_dir):
+    """The CuPy driver draws with NumPy on the host and copies the sample to
+    the device (CuPy's own generator would give other numbers); checked
+    through the CPU emulator of the CUDA target."""
+    import shutil
+    from tracegrad import testing
+    if shutil.which(testing.CXX) is None:
+        pytest.skip("the CUDA emulator needs a host C++ compiler")
+
+    def f(x):
+        return np.sum((x + np.random.randn(8)) ** 2)
+
+    x = np.linspace(0.0, 1.0, 8)
+    with testing.emulated_cupy() as cp:
+        xd = cp.asarray(x)
+        assert "_numpy.random.randn(8)" in tg.compile(f, backend="cupy").lower(xd).source
+        np.random.seed(0)
+        got = float(tg.compile(f, backend="cupy")(xd))
+        np.random.seed(1)
+        g = np.asarray(tg.grad(f, backend="cupy")(xd))
+    np.random.seed(0)
+    assert got == f(x)
+    np.random.seed(1)
+    np.testing.assert_allclose(g, 2 * (x + np.random.randn(8)), rtol=1e-12)
