@@ -129,3 +129,96 @@ def test_a_one_element_output_counts_as_a_scalar():
     v, g = tg.value_and_grad(lambda x: (x[None, :1] * 3.0))(x)
     assert v.shape == (1, 1)
     np.testing.assert_array_equal(g, [3., 0.])
+
+
+# --- staleness: code and values a trace baked in ----------------------------------------
+
+_MAIN = '''
+import sys
+import numpy as np
+import tracegrad as tg
+import helper_mod
+
+class Square(tg.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return helper_mod.scaled(g, x)
+
+f = tg.grad(lambda x: np.sum(Square.apply(x)))
+print(f(np.array([1.0, 2.0])).tolist())
+'''
+
+
+def test_a_changed_helper_of_a_custom_backward_is_not_served_from_disk(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    (tmp_path / "main.py").write_text(_MAIN)
+    env = dict(os.environ, TRACEGRAD_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(tmp_path),
+               PYTHONDONTWRITEBYTECODE="1")
+
+    def run(body):
+        (tmp_path / "helper_mod.py").write_text(f"def scaled(g, x):\n    return {body}\n")
+        out = subprocess.run([sys.executable, str(tmp_path / "main.py")], env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+    assert run("2 * g * x") == [2.0, 4.0]
+    assert run("3 * g * x") == [3.0, 6.0]
+    assert run("2 * g * x") == [2.0, 4.0]   # back to the first entry, from disk
+
+
+def test_rebinding_a_global_or_closure_variable_retraces():
+    x = np.ones(3)
+    state = {"scale": 2.0}
+    exec("def f(x):\n    return x * scale\n", state)
+    f = tg.compile(state["f"])
+    np.testing.assert_array_equal(f(x), 2 * x)
+    state["scale"] = 3.0
+    np.testing.assert_array_equal(f(x), 3 * x)
+    state["scale"] = -0.0
+    assert np.signbit(f(x)).all()
+
+    def make(k):
+        def g(x):
+            return np.sum(x * k)
+        return g
+    g_fn = make(1.0)
+    g = tg.grad(g_fn)
+    np.testing.assert_array_equal(g(x), x)
+    g_fn.__closure__[0].cell_contents = 5.0
+    np.testing.assert_array_equal(g(x), 5 * x)
+
+
+def test_redefined_helper_function_retraces():
+    ns = {"np": np}
+    exec("def helper(x):\n    return x * 2\n"
+         "def h(x):\n    return helper(x) + 1\n", ns)
+    h = tg.compile(ns["h"])
+    x = np.ones(2)
+    np.testing.assert_array_equal(h(x), [3., 3.])
+    exec("def helper(x):\n    return x * 10\n", ns)
+    np.testing.assert_array_equal(h(x), [11., 11.])
+    traces = tg.cache_info()["traces"]
+    h(x)
+    assert tg.cache_info()["traces"] == traces   # unchanged values: no retrace
+
+
+def test_re_wrapping_the_same_function_does_not_retrace():
+    def loss(w):
+        return np.sum(w ** 2)
+    w = np.ones(3)
+    tg.grad(loss)(w)
+    traces = tg.cache_info()["traces"]
+    for _ in range(10):          # an EM loop that builds tg.grad(f) every iteration
+        w = w - 0.1 * tg.grad(loss)(w)
+    assert tg.cache_info()["traces"] == traces
+    tg.value_and_grad(loss)(w)   # another transform is another trace
+    assert tg.cache_info()["traces"] == traces + 1

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
+import sys
 import weakref
 
 import numpy as np
 
-from tracegrad import cache
+from tracegrad import cache, code_deps
 from tracegrad._version import __version__
 from tracegrad.autograd.profiler_state import _state as _prof_state
 from tracegrad.graph_call import arg_names, leaf_array
@@ -33,12 +35,41 @@ def _clear_fast_paths():
     for c in list(_ALL):
         c._fast.clear()
         c._arrays_only.clear()
+    for per_fn in list(_TABLES.values()):
+        for tables in per_fn.values():
+            tables.fast.clear()
+            tables.arrays_only.clear()
+            tables.guard = None
 
 
 def _norm_argnums(argnums):
     if isinstance(argnums, int):
         return (argnums,), True
     return tuple(argnums), False
+
+
+class _Tables:
+    """A function's built signatures, and the guard of what they read."""
+    __slots__ = ("fast", "arrays_only", "guard")
+
+    def __init__(self):
+        self.fast = {}
+        self.arrays_only = {}
+        self.guard = None   # code_deps.Guard of the closure cells and globals traced
+
+
+_TABLES = weakref.WeakKeyDictionary()   # fn -> {configuration: _Tables}
+
+
+def _tables_for(fn, config):
+    try:
+        per_fn = _TABLES.setdefault(fn, {})
+    except TypeError:   # not weakly referenceable (a ufunc, a builtin): not shared
+        return _Tables()
+    tables = per_fn.get(config)
+    if tables is None:
+        tables = per_fn[config] = _Tables()
+    return tables
 
 
 class Lowered:
@@ -116,8 +147,13 @@ class Compiled:
             self._params = list(inspect.signature(fn).parameters)
         except (TypeError, ValueError):
             self._params = []
-        self._fast = {}
-        self._arrays_only = {}
+        # What was traced and built, per call signature, shared by every
+        # Compiled of the same function and configuration: re-wrapping
+        # tg.grad(f) in a loop does not retrace.
+        self._tables = _tables_for(fn, (kind, self.argnums, self._single, has_aux, backend,
+                                        self.static_argnums, self.static_argnames))
+        self._fast = self._tables.fast
+        self._arrays_only = self._tables.arrays_only
         # the name and docstring only: merging fn.__dict__ would copy a
         # transformed fn's own state (kind, fn) over this one's
         functools.update_wrapper(self, fn, updated=())
@@ -181,6 +217,11 @@ class Compiled:
 
     # --- calls -----------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
+        guard = self._tables.guard
+        if guard is not None:
+            changed = guard.changed()
+            if changed is not None:
+                self._forget_traces(changed)
         if _prof_state.current is not None:
             return self._call_profiled(args, kwargs)
         # Fast path: positional ndarrays only, a signature seen before.
@@ -338,8 +379,18 @@ class Compiled:
 
         trace, out_tree = trace_function(self.fn, avals, rebuild, names, backend)
         cache.count("traces")
+        self._tables.guard = code_deps.Guard(self.fn)
         self._check_out_tree(out_tree)
         return trace, out_tree, avals, backend
+
+    def _forget_traces(self, changed):
+        """A cell or global the traces read was rebound: they are stale."""
+        self._fast.clear()
+        self._arrays_only.clear()
+        self._tables.guard = None
+        if os.environ.get("TRACEGRAD_EXPLAIN"):
+            print(f"tracegrad: retracing {self.__name__} because {changed} it reads was "
+                  f"rebound since it was traced", file=sys.stderr)
 
     def _check_out_tree(self, out_tree):
         """A derivative of a scalar needs exactly one output (and its aux)."""

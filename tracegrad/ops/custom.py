@@ -12,9 +12,7 @@ already recorded, so nothing is computed twice.
 """
 from __future__ import annotations
 
-import hashlib
-import inspect
-
+from tracegrad.code_deps import fingerprint
 from tracegrad.primitives import bind, register
 
 __all__ = []
@@ -111,13 +109,10 @@ custom_vjp_p = register(
 
 
 def _source_hash(fn):
-    """Part of the node's attributes, so an edited backward is never served
-    stale generated code from the disk cache."""
-    try:
-        src = inspect.getsource(fn)
-    except (OSError, TypeError):
-        src = repr(fn)
-    return hashlib.sha1(src.encode()).hexdigest()[:16]
+    """Part of the node's attributes, so an edited backward (or a helper it
+    calls, in any module) is never served stale generated code from the
+    disk cache."""
+    return fingerprint(fn)
 
 
 def trace_apply(fn, args, kwargs):
