@@ -357,8 +357,7 @@ def test_nested_traces(cache_dir):
 def test_generator_argument_proxy_draws_from_the_real_generator_at_run_time():
     """A trace input of dtype object stands for a Generator argument: the
     function sees a proxy, the node reads that input, and the generated code
-    calls the real Generator's method.  (tg.compile does not yet hand
-    Generator arguments to the trace: that is api.py's part.)"""
+    calls the real Generator's method."""
     from tracegrad import codegen, ir, passes
     from tracegrad.trace import trace_function
 
@@ -379,6 +378,25 @@ def test_generator_argument_proxy_draws_from_the_real_generator_at_run_time():
     np.testing.assert_array_equal(got, want)
     rng = np.random.default_rng(4)
     assert not np.array_equal(ns["forward"](rng, x)[0], ns["forward"](rng, x)[0])
+
+
+def test_a_generator_argument_of_a_compiled_function_is_drawn_from_each_call(cache_dir):
+    def f(w, rng):
+        return np.mean((w + rng.normal(0.0, 1.0, size=3)) ** 2)
+    w = np.ones(3)
+    v, g = tg.value_and_grad(f)(w, np.random.default_rng(0))
+    e = np.random.default_rng(0).normal(0.0, 1.0, size=3)
+    assert v == f(w, np.random.default_rng(0))
+    np.testing.assert_allclose(g, 2 * (w + e) / 3, rtol=1e-14)
+    rng = np.random.default_rng(1)
+    first = tg.grad(f)(w, rng)
+    traces = tg.cache_info()["traces"]
+    second = tg.grad(f)(w, rng)
+    assert not np.array_equal(first, second)          # the Generator's state moves on
+    tg.grad(f)(w, np.random.default_rng(2))            # another Generator: same trace
+    assert tg.cache_info()["traces"] == traces
+    with pytest.raises(TypeError, match="floating-point"):
+        tg.grad(f, argnums=1)(w, rng)
 
 
 def test_generator_proxy_refuses_what_it_cannot_compile():

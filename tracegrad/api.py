@@ -247,7 +247,7 @@ class Compiled:
             a, is_t = leaf_array(x, f"argument leaf '{names[j] if j < len(names) else j}'")
             arrays.append(a)
             tensors |= is_t
-        sig = (tuple((a.shape, a.dtype.char, type(a)) for a in arrays),
+        sig = (tuple(map(_leaf_sig, arrays)),
                tuple((r[0], r[3]) for r in ranges), kw_tree, static_key(statics), len(args))
         if tensors and self.kind == "forward":
             from tracegrad.autograd.grad_mode import state
@@ -278,7 +278,7 @@ class Compiled:
             self(*args, **kwargs)          # make sure the signature is built
             leaves, ranges, kw_tree, statics, names = self._flatten(args, kwargs)
             arrays = [leaf_array(x, "argument")[0] for x in leaves]
-            sig = (tuple((a.shape, a.dtype.char, type(a)) for a in arrays),
+            sig = (tuple(map(_leaf_sig, arrays)),
                    tuple((r[0], r[3]) for r in ranges), kw_tree, static_key(statics), len(args))
             entry = self._fast.get(sig)
         finally:
@@ -360,7 +360,7 @@ class Compiled:
 
     # --- building ---------------------------------------------------------------------
     def _trace(self, arrays, ranges, kw_tree, statics, names, nargs):
-        avals = [Aval(tuple(a.shape), np.dtype(a.dtype)) for a in arrays]
+        avals = [_leaf_aval(a) for a in arrays]
         backend = self.backend or ("cupy" if any(type(a).__module__.startswith("cupy")
                                                  for a in arrays) else "numpy")
         static_map = dict(statics)
@@ -503,6 +503,21 @@ class Compiled:
 
 _FN_NAME = {"forward": "forward", "grad": "value_and_grad", "value_and_grad": "value_and_grad",
             "jacrev": "jacobian", "jacfwd": "jacobian", "hessian": "hessian"}
+
+
+def _leaf_sig(a):
+    """An argument leaf's part of the call signature."""
+    if type(a) is np.random.Generator:
+        return ((), "O", np.random.Generator)   # any Generator: its state is read at run time
+    return (a.shape, a.dtype.char, type(a))
+
+
+def _leaf_aval(a):
+    """What tracing sees of a leaf: a Generator is an object input, which the
+    trace hands to the function as a proxy whose draws become nodes."""
+    if type(a) is np.random.Generator:
+        return Aval((), np.dtype(object))
+    return Aval(tuple(a.shape), np.dtype(a.dtype))
 
 
 def static_key(value):

@@ -36,7 +36,8 @@ def leaf_array(x, where):
         return x._data, True
     if isinstance(x, (bool, int, float)) or isinstance(x, np.generic):
         return np.asarray(x), False
-    if t.__module__.startswith("cupy"):
+    if t.__module__.startswith("cupy") or t is np.random.Generator:
+        # a Generator is handed to the generated code, which draws from it
         return x, False
     if hasattr(x, "__array__") and not isinstance(x, (str, bytes)):
         return np.asarray(x), False
