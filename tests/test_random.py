@@ -452,3 +452,13 @@ def test_cuda_target_draws_numpys_numbers_on_the_host(cache_dir):
     assert got == f(x)
     np.random.seed(1)
     np.testing.assert_allclose(g, 2 * (x + np.random.randn(8)), rtol=1e-12)
+
+
+@pytest.mark.parametrize("draw", [
+    lambda x: tg.randn(3), lambda x: tg.rand(3), lambda x: tg.randn_like(x),
+    lambda x: tg.randint(0, 5, (3,)), lambda x: tg.randperm(3), lambda x: tg.normal(0., 1., (3,)),
+], ids=["randn", "rand", "randn_like", "randint", "randperm", "normal"])
+def test_torch_style_draws_while_tracing_are_refused_not_frozen(draw, cache_dir):
+    with pytest.raises(TypeError, match="frozen into the compiled code"):
+        tg.compile(lambda x: x * draw(x))(np.ones(3))
+    assert tg.randn(3).shape == (3,)     # outside a trace they draw as before

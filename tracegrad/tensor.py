@@ -17,6 +17,7 @@ from tracegrad.autograd.grad_mode import state as _mode
 from tracegrad.autograd.profiler_state import _state as _prof_state
 from tracegrad.autograd.graph import AccumulateGrad, FREED_MSG, Node, _seq
 from tracegrad.ops._define import ArrayMethods
+from tracegrad.ops.random import is_tracing
 from tracegrad.primitives import Aval
 
 _ndarray = np.ndarray
@@ -1266,7 +1267,20 @@ def seed():
     return s
 
 
-def _random(draw, size, dtype, device, requires_grad):
+def _not_while_tracing(name):
+    """tracegrad's own generator cannot be drawn from by generated code: a
+    draw while tracing would be frozen into it, so refuse."""
+    if is_tracing():
+        raise TypeError(
+            f"tg.{name} was called while tracegrad traces a function: the sample would be "
+            f"drawn once and frozen into the compiled code. Draw with np.random (for example "
+            f"np.random.standard_normal(shape), which compiled code draws afresh on every "
+            f"call), pass a np.random.Generator argument, or draw outside and pass the "
+            f"sample as an argument.")
+
+
+def _random(draw, size, dtype, device, requires_grad, name):
+    _not_while_tracing(name)
     dt = _resolve_dtype(dtype) or np.dtype(np.float64)
     arr = draw(_shape_args(size)).astype(dt, copy=False)
     if device is not None and device_type(device) == "cuda":
@@ -1279,11 +1293,12 @@ def device_type(dev):
 
 
 def rand(*size, dtype=None, device=None, requires_grad=False, generator=None):
-    return _random(lambda s: _RNG.gen.random(s), size, dtype, device, requires_grad)
+    return _random(lambda s: _RNG.gen.random(s), size, dtype, device, requires_grad, "rand")
 
 
 def randn(*size, dtype=None, device=None, requires_grad=False, generator=None):
-    return _random(lambda s: _RNG.gen.standard_normal(s), size, dtype, device, requires_grad)
+    return _random(lambda s: _RNG.gen.standard_normal(s), size, dtype, device, requires_grad,
+                   "randn")
 
 
 def rand_like(t, dtype=None, device=None, requires_grad=False):
@@ -1295,6 +1310,7 @@ def randn_like(t, dtype=None, device=None, requires_grad=False):
 
 
 def randint(low, high=None, size=(), dtype=None, device=None, requires_grad=False):
+    _not_while_tracing("randint")
     if high is None:
         low, high = 0, low
     arr = _RNG.gen.integers(low, high, size=tuple(size)).astype(_resolve_dtype(dtype) or np.int64)
@@ -1302,10 +1318,12 @@ def randint(low, high=None, size=(), dtype=None, device=None, requires_grad=Fals
 
 
 def randperm(n, dtype=None, device=None, requires_grad=False):
+    _not_while_tracing("randperm")
     return _make(_RNG.gen.permutation(n).astype(_resolve_dtype(dtype) or np.int64), requires_grad)
 
 
 def normal(mean=0.0, std=1.0, size=(), dtype=None, device=None, requires_grad=False):
+    _not_while_tracing("normal")
     arr = _RNG.gen.normal(mean, std, size=tuple(size)).astype(_resolve_dtype(dtype) or np.float64)
     return _make(arr, requires_grad)
 
