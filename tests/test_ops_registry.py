@@ -274,6 +274,20 @@ CASES += [
     _random_draw("poisson", (0.0,)),  # size=None: NumPy returns a Python scalar
 ]
 
+# dynamic_slice / dynamic_update_slice: a start known only at run time (a
+# traced step counter), here as a 0-d integer array; static length delta.
+CASES += [
+    Case("dynamic_slice", [A(6, 4), Const(np.array(2))], {"axis": 0, "delta": 3, "step": 1}),
+    Case("dynamic_slice", [A(3, 7), Const(np.array(-5))], {"axis": 1, "delta": 4, "step": 2},
+         id="dynamic_slice-negative-start-step2"),
+    Case("dynamic_slice", [A(3, 7), Const(np.array(6))], {"axis": 1, "delta": -4, "step": -1},
+         id="dynamic_slice-reversed"),
+    Case("dynamic_update_slice", [A(6, 4), A(3, 4), Const(np.array(1))],
+         {"axis": 0, "delta": 3, "step": 1}),
+    Case("dynamic_update_slice", [A(3, 7), A(3, 1), Const(np.array(0))],
+         {"axis": 1, "delta": 6, "step": 3}, id="dynamic_update_slice-broadcast-step3"),
+]
+
 
 # --- helpers ---------------------------------------------------------------------------------
 

@@ -70,3 +70,25 @@ def _setitem(x, idx, v):
     y = x.copy()
     y[idx] = v
     return y
+
+
+def _dynamic_slice_index(x, start, axis, delta, step):
+    """The index ``[..., start:start + delta:step]`` (on ``axis``) for a start
+    known only at run time.  Compiled code was traced for
+    ``len(range(0, delta, step))`` elements; where NumPy's slice holds fewer
+    (the start runs past an end, or a negative start wraps), raise rather
+    than return a shorter or different array."""
+    s = int(start)
+    sl = slice(s, s + delta, step)
+    n = x.shape[axis]
+    got = len(range(*sl.indices(n)))
+    want = len(range(0, delta, step))
+    if got != want:
+        lo, hi = (0, n - delta) if step > 0 else (-delta, n - 1)
+        raise IndexError(
+            f"dynamic slice [{s}:{s + delta}" + (f":{step}" if step != 1 else "") + "] of "
+            f"axis {axis} (length {n}) holds {got} elements in NumPy, but the compiled code "
+            f"was traced for {want} (a slice x[start:start + {delta}] whose start is only "
+            f"known at run time keeps its length); use a start in {lo}..{hi} or pad the array")
+    return (slice(None),) * axis + (sl,)
+

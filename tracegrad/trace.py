@@ -118,7 +118,18 @@ class Tracer(ArrayMethods):
         self._concrete_error("int() requested")
 
     def __index__(self):
-        self._concrete_error("use as an index or int requested")
+        self._concrete_error("use as an index or int requested (indexing or slicing by a "
+                             "traced integer works on traced arrays and on NumPy arrays the "
+                             "function names as globals, closure variables or defaults; pass "
+                             "any other array as an argument)")
+
+    def _misuse(self, what, advice):
+        """Raise TraceError for a traced value an op cannot take (op modules,
+        which cannot import this one, call it): what, where, what to do."""
+        loc = _user_frame()
+        where = f"{loc[0]}, line {loc[1]}, in {loc[2]}" if loc else "your function"
+        src = _source_line(loc)
+        raise TraceError(f"{what} at {where}" + (f":\n    {src}\n" if src else ". ") + advice)
 
     def item(self):
         self._concrete_error(".item() requested")
@@ -132,7 +143,9 @@ class Tracer(ArrayMethods):
     def __array__(self, dtype=None, copy=None):
         self._concrete_error("conversion to a NumPy array (np.asarray/np.array/float "
                              "indexing) requested; drop the conversion, a traced value "
-                             "already acts as an array,")
+                             "already acts as an array (a NumPy array indexed by a traced "
+                             "index array must be one the function names as a global, closure "
+                             "variable or default, or an argument),")
 
     def __iter__(self):
         if not self.shape:
@@ -430,7 +443,9 @@ def trace_function(fn, leaves_avals, rebuild_args, names, backend="numpy"):
     args, kwargs = rebuild_args(tracers)
     from tracegrad.ops.random import tracing_random_draws  # np.random.* draws become nodes
     with tracing_random_draws(trace, fn, args, kwargs) as (args, kwargs):
-        out = fn(*args, **kwargs)
+        # NumPy arrays fn names (globals, closures) accept traced indices
+        from tracegrad.ops.indexing import indexable_constants
+        out = indexable_constants(fn)(*args, **kwargs)
     out_leaves, out_tree = tree_flatten(out)
     for o in out_leaves:
         if isinstance(o, Tracer):

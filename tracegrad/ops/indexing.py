@@ -6,28 +6,67 @@ An index is split into a static part, kept as the hashable attribute
 ``("a", j)`` for the j-th index array), and the index arrays, which are
 operands.  A boolean mask becomes its ``nonzero()`` integer arrays, so the
 shape of a result never depends on values that are only known at run time.  Rows: getitem, index_add (its transpose: a scatter that adds
-repeated indices), setitem, nonzero.  take, take_along_axis, gather,
-index_select, masked_fill and narrow are compositions.
+repeated indices), setitem, nonzero, dynamic_slice and dynamic_update_slice.
+take, take_along_axis, gather, index_select, masked_fill and narrow are
+compositions.
+
+Traced indices (a step counter or batch index that is an argument):
+
+* A traced integer array or scalar is an index-array operand of getitem like
+  any other, so NumPy's advanced-indexing rules (negative indices, where the
+  advanced axes land, IndexError for an index out of range) hold at run time
+  because the generated code is NumPy's own ``x[...]``.
+* A traced *boolean* index has a data-dependent shape: TraceError naming
+  ``np.where``.
+* A slice whose bounds are traced, ``x[i * 10:(i + 1) * 10]``, has a length
+  known at trace time only when ``stop - start`` is a constant: the bounds'
+  graphs are read as affine forms of the traced values and subtracted.  It
+  becomes a ``dynamic_slice`` row (traced start, static length); where NumPy
+  would return fewer elements for the start met at run time, the generated
+  code raises IndexError instead of returning a different array.
+* ``data[idx]`` on a NumPy array cannot be intercepted (``ndarray.__getitem__``
+  always returns an ndarray), so while a function is traced the NumPy arrays
+  it names as globals, closure variables and defaults are handed to it as
+  ``IndexableArray`` views: ndarrays in every respect (same memory, plain
+  ndarray results) except that an index holding a traced value records a
+  graph node (``indexable_constants``).
 """
 from __future__ import annotations
 
+import functools
 import operator
+import types
 
 import numpy as np
 
 from tracegrad import runtime_numpy as _rt
 from tracegrad.primitives import Aval, bind, register
-from tracegrad.ops._define import method, implements, _ops
+from tracegrad.ops._define import method, implements, _ops, ArrayMethods, NUMPY_FUNCTIONS
 from tracegrad.ops.base import is_value, shape_of, shape_by_eval, zeros_like_value, where
 
 __all__ = ["getitem", "setitem", "index_add", "take", "take_along_axis", "gather",
-           "index_select", "nonzero", "argwhere", "masked_fill", "narrow"]
+           "index_select", "nonzero", "argwhere", "masked_fill", "narrow", "dynamic_slice",
+           "dynamic_update_slice"]
 
 
 # --- the index encoding -----------------------------------------------------------------
 
 def _bound(v):
     return None if v is None else operator.index(v)
+
+
+def _is_tracer(v):
+    return hasattr(v, "_trace")
+
+
+def _traced_mask_error(mask):
+    mask._misuse(
+        f"a traced boolean array ({mask.dtype}{list(mask.shape)}) used as an index",
+        "The result of x[mask] has as many elements as mask has True values, which is not "
+        "known while tracing, and compiled code has fixed shapes. Keep the shape and zero "
+        "the rest: np.where(mask, x, 0.0) (np.sum(np.where(mask, x, 0.0)) for a masked sum, "
+        "np.sum(mask) for the count), or compute idx = np.flatnonzero(mask) outside and "
+        "pass the integer array idx (one trace per number of selected elements).")
 
 
 def parse_index(idx):
@@ -45,12 +84,16 @@ def parse_index(idx):
         elif isinstance(item, (int, np.integer)) and not isinstance(item, (bool, np.bool_)):
             spec.append(("i", int(item)))
         elif is_value(item) or isinstance(item, (np.ndarray, list, tuple, bool, np.bool_)):
+            if isinstance(item, list) and any(is_value(e) for e in item):
+                item = _ops.stack([e if is_value(e) else np.asarray(e) for e in item])
             a = item if is_value(item) else np.asarray(item)
             if a.dtype.kind == "f" and getattr(a, "size", 1) == 0 and not is_value(a):
                 a = a.astype(np.intp)  # x[[]]: an empty list is an empty int index
             if a.dtype.kind not in "iub":
                 raise IndexError(f"tensors used as indices must be integer or boolean, "
                                  f"got {a.dtype}")
+            if a.dtype.kind == "b" and _is_tracer(a):
+                _traced_mask_error(a)
             if a.dtype.kind == "b" and len(a.shape):
                 # a mask is its nonzero() index arrays (NumPy defines it so);
                 # as integers the result's shape no longer depends on values
@@ -162,17 +205,213 @@ nonzero_p = register(
     n_out=lambda ndim: ndim, nondiff=True, save_inputs=False, numpy="np.nonzero({0})")
 
 
+
+
+# --- slices with a traced start ----------------------------------------------------------------
+# attrs: axis, delta = stop - start (static), step (static); the result has
+# len(range(0, delta, step)) elements along axis whatever the start.
+
+def _ds_len(delta, step):
+    return len(range(0, delta, step))
+
+
+def _ds_shape(x, start, axis, delta, step):
+    if not isinstance(start, Aval) or start.shape != () or start.dtype.kind not in "iu":
+        what = f"{start.dtype}{list(start.shape)}" if isinstance(start, Aval) else repr(start)
+        raise TypeError(f"the start of a dynamic slice must be an integer scalar, got {what}")
+    n, want = x.shape[axis], _ds_len(delta, step)
+    if want > n:  # no start gives NumPy this many elements: fail now, not at every call
+        raise IndexError(f"a slice of {want} elements along axis {axis}, which has length {n}: "
+                         f"NumPy would return fewer for every start")
+    return Aval(x.shape[:axis] + (want,) + x.shape[axis + 1:], x.dtype)
+
+
+def _ds_vjp(g, out, x, start, axis, delta, step):
+    # the transpose: g written into zeros at the same place
+    return bind(dynamic_update_slice_p, zeros_like_value(x), g, start,
+                axis=axis, delta=delta, step=step)
+
+
+def _ds_batch(vals, flags, B, axis, delta, step):
+    if flags[0] and not flags[1]:  # one start for the whole batch: shift the axis
+        return bind(dynamic_slice_p, vals[0], vals[1], axis=axis + 1, delta=delta, step=step)
+    return NotImplemented  # a batched start: the generic rule unrolls
+
+
+dynamic_slice_p = register(
+    "dynamic_slice",
+    lambda xp, x, start, axis, delta, step:
+        x[_rt._dynamic_slice_index(x, start, axis, delta, step)],
+    shape=_ds_shape,
+    vjp=(_ds_vjp, None),
+    jvp=(lambda t, out, x, start, **a: bind(dynamic_slice_p, t, start, **a), None),
+    numpy=lambda names, axis, delta, step:
+        f"{names[0]}[_dynamic_slice_index({names[0]}, {names[1]}, {axis!r}, {delta!r}, "
+        f"{step!r})]",
+    helpers=("_dynamic_slice_index",), view=True, batch=_ds_batch,
+    doc="x[start:start + delta:step] along axis, start known only at run time; "
+        "IndexError where NumPy's result would be shorter")
+
+
+def _dus_shape(x, v, start, axis, delta, step):
+    _ds_shape(x, start, axis, delta, step)  # the same checks of start and length
+    return Aval(x.shape, x.dtype)
+
+
+def _dus_jvp(ts, out, x, v, start, **a):
+    tx, tv = ts[0], ts[1]
+    base = zeros_like_value(x) if tx is None else tx
+    return bind(dynamic_update_slice_p, base, 0.0 if tv is None else tv, start, **a)
+
+
+dynamic_update_slice_p = register(
+    "dynamic_update_slice",
+    lambda xp, x, v, start, axis, delta, step:
+        _rt._setitem(x, _rt._dynamic_slice_index(x, start, axis, delta, step), v),
+    shape=_dus_shape,
+    # x's cotangent is g with the written slice zeroed; v's is g's slice
+    vjp=(lambda g, out, x, v, start, **a: bind(dynamic_update_slice_p, g, 0.0, start, **a),
+         lambda g, out, x, v, start, **a: bind(dynamic_slice_p, g, start, **a),
+         None),
+    jvp=_dus_jvp,
+    numpy=lambda names, axis, delta, step:
+        f"_setitem({names[0]}, _dynamic_slice_index({names[0]}, {names[2]}, {axis!r}, "
+        f"{delta!r}, {step!r}), {names[1]})",
+    helpers=("_setitem", "_dynamic_slice_index"),
+    doc="a copy of x with v written at [start:start + delta:step] along axis")
+
+
+_LINEAR_OPS = ("add", "sub", "mul", "neg")
+
+
+def _affine(v, depth=0):
+    """``v`` as an affine form ``({node id: coefficient}, constant)`` over the
+    trace's values, read from its graph (add, sub, neg, multiplication by an
+    integer constant; any other node is an atom); None for a non-integer."""
+    if isinstance(v, (bool, np.bool_)):
+        return None
+    if isinstance(v, (int, np.integer)):
+        return {}, int(v)
+    if not _is_tracer(v):
+        return None
+    nodes = v._trace.nodes
+
+    def rec(nid, depth):
+        n = nodes[nid]
+        if n.op == "const":
+            c = n.value
+            if isinstance(c, (int, np.integer)) and not isinstance(c, (bool, np.bool_)):
+                return {}, int(c)
+            if isinstance(c, np.ndarray) and c.shape == () and c.dtype.kind in "iu":
+                return {}, int(c)
+        elif n.op in _LINEAR_OPS and depth < 64:
+            parts = [rec(i, depth + 1) for i in n.inputs]
+            if n.op == "neg":
+                (f, c), = parts
+                return {k: -a for k, a in f.items()}, -c
+            (fa, ca), (fb, cb) = parts
+            if n.op == "mul":
+                if fa and fb:
+                    return {nid: 1}, 0  # a product of two traced values: an atom
+                k, (f, c) = (cb, (fa, ca)) if not fb else (ca, (fb, cb))
+                return {i: a * k for i, a in f.items()}, c * k
+            sign = 1 if n.op == "add" else -1
+            f = dict(fa)
+            for i, a in fb.items():
+                f[i] = f.get(i, 0) + sign * a
+            return {i: a for i, a in f.items() if a}, ca + sign * cb
+        return {nid: 1}, 0
+
+    return rec(v.id, 0)
+
+
+def _static_delta(start, stop):
+    """``stop - start`` when the trace can prove it constant, else None."""
+    a, b = _affine(start), _affine(stop)
+    if a is None or b is None:
+        return None
+    diff = dict(b[0])
+    for i, c in a[0].items():
+        diff[i] = diff.get(i, 0) - c
+    return None if any(diff.values()) else b[1] - a[1]
+
+
+def _has_traced_bound(item):
+    return isinstance(item, slice) and any(_is_tracer(b) for b in (item.start, item.stop,
+                                                                   item.step))
+
+
+def _axes_taken(item):
+    """How many axes of the indexed array an index item consumes."""
+    if item is None or item is Ellipsis:
+        return 0
+    if isinstance(item, (bool, np.bool_)):
+        return 0
+    if isinstance(item, (slice, int, np.integer)):
+        return 1
+    a = item if is_value(item) else np.asarray(item)
+    return len(a.shape) if a.dtype.kind == "b" else 1
+
+
+def _traced_slice(x, axis, item):
+    """``x[..., start:stop:step]`` on ``axis`` with traced bounds: a
+    dynamic_slice when stop - start is a constant."""
+    start, stop, step = item.start, item.stop, item.step
+    tracer = next(b for b in (start, stop, step) if _is_tracer(b))
+    if _is_tracer(step):
+        tracer._misuse("a slice with a traced step", "A step decides the result's length; "
+                       "it must be a Python int (mark the argument static with "
+                       "static_argnums= if it changes rarely).")
+    step = 1 if step is None else operator.index(step)
+    if step == 0:
+        raise ValueError("slice step cannot be zero")
+    delta = None if start is None or stop is None else _static_delta(start, stop)
+    if delta is None:
+        tracer._misuse(
+            "a slice whose length depends on a traced value",
+            "Compiled code has fixed shapes, so the length stop - start must be known while "
+            "tracing. Write x[start:start + n] with a constant n (also "
+            "x[i * n:(i + 1) * n]), or tg.dynamic_slice(x, start, n, axis=...).")
+    if not _is_tracer(start):  # a constant start with a traced stop that cancels out
+        start = stop - delta
+    return bind(dynamic_slice_p, x, start, axis=axis, delta=delta, step=step)
+
+
+def _getitem_traced_slices(x, items):
+    """``x[items]`` where some slices have traced bounds: each of those is a
+    dynamic_slice on its axis (a slice keeps its axis, so the rest of the
+    index, with ``:`` in their place, applies afterwards unchanged)."""
+    nd = len(shape_of(x))
+    fill = nd - sum(_axes_taken(it) for it in items if it is not Ellipsis)
+    axis, rest = 0, []
+    for it in items:
+        if _has_traced_bound(it):
+            if axis >= nd:
+                raise IndexError(f"too many indices for an array of {nd} dimensions")
+            x = _traced_slice(x, axis, it)
+            it = slice(None)
+        axis += fill if it is Ellipsis else _axes_taken(it)
+        rest.append(it)
+    rest = tuple(rest)
+    if all(isinstance(it, slice) and it == slice(None) for it in rest):
+        return x
+    return getitem(x, rest)
+
+
 # --- the functional API -----------------------------------------------------------------------
 
 def getitem(x, idx):
     """``x[idx]`` for any NumPy index; repeated integer indices add their
     gradients."""
     t = type(idx)
-    if t is slice:     # the common x[a:b]: no general parsing
+    if t is slice and not _has_traced_bound(idx):  # the common x[a:b]: no general parsing
         return bind(getitem_p, x, index=(("s", _bound(idx.start), _bound(idx.stop),
                                            _bound(idx.step)),))
     if t is int:
         return bind(getitem_p, x, index=(("i", idx),))
+    items = idx if t is tuple else (idx,)
+    if any(_has_traced_bound(it) for it in items):
+        return _getitem_traced_slices(x, items)
     spec, arrays = parse_index(idx)
     return bind(getitem_p, x, *arrays, index=spec)
 
@@ -265,6 +504,12 @@ def gather(x, dim, index):
 @implements(np.nonzero)
 def nonzero(x):
     """Indices of the nonzero elements, one index array per dimension (no gradient)."""
+    if _is_tracer(x):
+        x._misuse("nonzero/argwhere of a traced array",
+                  "How many indices it returns depends on the values, which are not known "
+                  "while tracing, and compiled code has fixed shapes. Use np.where(cond, a, b) "
+                  "to select elementwise, or compute the indices outside the function and "
+                  "pass them as an integer array argument.")
     return bind(nonzero_p, x, ndim=len(shape_of(x)))
 
 
@@ -292,3 +537,168 @@ def narrow(x, dim, start, length):
     dim = _axis(dim, nd)
     start = int(start) % shape_of(x)[dim] if int(start) < 0 else int(start)
     return getitem(x, _sl(nd, dim, slice(start, start + int(length))))
+
+
+def _static_int(v, what):
+    if _is_tracer(v) or hasattr(v, "grad_fn"):
+        raise TypeError(f"dynamic_slice: {what} must be a Python int (it decides the shape), "
+                        f"got a {type(v).__name__}")
+    return operator.index(v)
+
+
+def dynamic_slice(x, start, size, axis=0):
+    """``x[start:start + size]`` along ``axis``, where ``start`` may be traced
+    (a step counter): one compiled function for every start.  NumPy would
+    return fewer than ``size`` elements for a start near the end; compiled
+    code raises IndexError there instead."""
+    size = _static_int(size, "size")
+    nd = len(shape_of(x))
+    return bind(dynamic_slice_p, x, start, axis=_axis(_static_int(axis, "axis"), nd),
+                delta=size, step=1)
+
+
+def dynamic_update_slice(x, update, start, axis=0):
+    """A copy of ``x`` with ``update`` written at ``[start:start + n]`` along
+    ``axis`` (n = update's length there), differentiable in ``x`` and
+    ``update``; ``start`` may be traced."""
+    nd = len(shape_of(x))
+    axis = _axis(_static_int(axis, "axis"), nd)
+    ushape = shape_of(update)
+    if len(ushape) != nd:
+        raise ValueError(f"dynamic_update_slice: update has {len(ushape)} dimensions, the "
+                         f"array {nd}; they must match (the update's length along axis "
+                         f"{axis} is the slice's)")
+    return bind(dynamic_update_slice_p, x, update, start, axis=axis, delta=ushape[axis], step=1)
+
+
+# --- NumPy arrays a traced function names: indexable by traced values ---------------------------
+
+def _holds_tracer(idx):
+    items = idx if isinstance(idx, tuple) else (idx,)
+    return any(_is_tracer(it) or _has_traced_bound(it)
+               or (isinstance(it, list) and any(_is_tracer(e) for e in it)) for it in items)
+
+
+def _plain(v):
+    return v.view(np.ndarray) if isinstance(v, IndexableArray) else v
+
+
+def _plain_args(args):
+    return tuple(type(a)(_plain(e) for e in a) if type(a) in (list, tuple) else _plain(a)
+                 for a in args)
+
+
+class IndexableArray(np.ndarray):
+    """A view of a NumPy array that a traced function names (a global, a
+    closure variable, a default), handed to it while it is traced.
+
+    ``ndarray.__getitem__`` cannot return a traced value, so ``data[idx]``
+    with a traced ``idx`` would fail; this view records a getitem (or
+    dynamic_slice) node with the array as a constant instead.  Everything
+    else is NumPy's: same memory, and computations give plain ndarrays."""
+
+    def __getitem__(self, idx):
+        if _holds_tracer(idx):
+            return getitem(self.view(np.ndarray), idx)
+        return super().__getitem__(idx)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if any(isinstance(a, ArrayMethods) for a in inputs):
+            return NotImplemented  # the tracer's (or Tensor's) override records the op
+        if "out" in kwargs:
+            kwargs["out"] = _plain_args(kwargs["out"])
+        return getattr(ufunc, method)(*_plain_args(inputs), **kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        if any(not issubclass(t, np.ndarray) for t in types):
+            return NotImplemented  # a tracer among the dispatched arguments: its override
+        if any(_is_tracer(a) for a in args) or any(_is_tracer(a) for a in kwargs.values()):
+            fn = NUMPY_FUNCTIONS.get(func)  # a traced non-dispatched argument: np.take(data, i)
+            if fn is not None:
+                return fn(*args, **kwargs)
+        return func(*_plain_args(args), **{k: _plain(v) for k, v in kwargs.items()})
+
+    def __repr__(self):
+        return repr(self.view(np.ndarray))
+
+    def __reduce__(self):  # pickles (and copies) as the plain array it stands for
+        return self.view(np.ndarray).__reduce__()
+
+
+def _indexable(v, memo):
+    if type(v) is not np.ndarray:
+        return v
+    w = memo.get(id(v))
+    if w is None:
+        w = memo[id(v)] = (v.view(IndexableArray), v)  # keep v alive: ids stay unique
+    return w[0]
+
+
+class _IndexableGlobals(dict):
+    """A function's globals as the function sees them while traced: reads
+    give NumPy arrays as IndexableArray views (the same view every time);
+    the module's dict itself is never changed.  (Holds only __builtins__;
+    ``LOAD_GLOBAL`` on a dict subclass goes through ``__getitem__``.)"""
+
+    def __init__(self, base, memo):
+        super().__init__(__builtins__=base.get("__builtins__", __builtins__),
+                         __name__=base.get("__name__"))
+        self._base, self._memo = base, memo
+
+    def __getitem__(self, key):
+        if dict.__contains__(self, key) and key != "__name__":
+            return dict.__getitem__(self, key)  # a global the traced function assigned
+        return _indexable(self._base[key], self._memo)
+
+    def get(self, key, default=None):
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    def __contains__(self, key):
+        return dict.__contains__(self, key) or key in self._base
+
+
+def _with_indexable(fn, memo, depth=0):
+    if depth > 4:
+        return fn
+    if isinstance(fn, types.MethodType):
+        f = _with_indexable(fn.__func__, memo, depth + 1)
+        return fn if f is fn.__func__ else types.MethodType(f, fn.__self__)
+    if isinstance(fn, functools.partial):
+        f = _with_indexable(fn.func, memo, depth + 1)
+        return functools.partial(f, *[_indexable(a, memo) for a in fn.args],
+                                 **{k: _indexable(v, memo) for k, v in fn.keywords.items()})
+    if not isinstance(fn, types.FunctionType):
+        return fn
+    closure = fn.__closure__
+    if closure:  # new cells only for arrays: nonlocal counters keep their own cell
+        closure = tuple(types.CellType(_indexable(c.cell_contents, memo))
+                        if _cell_holds_array(c) else c for c in closure)
+    new = types.FunctionType(fn.__code__, _IndexableGlobals(fn.__globals__, memo),
+                             fn.__name__, fn.__defaults__ and tuple(
+                                 _indexable(d, memo) for d in fn.__defaults__), closure)
+    new.__kwdefaults__ = fn.__kwdefaults__ and {k: _indexable(v, memo)
+                                                for k, v in fn.__kwdefaults__.items()}
+    new.__qualname__, new.__module__, new.__doc__ = fn.__qualname__, fn.__module__, fn.__doc__
+    new.__dict__.update(fn.__dict__)
+    new.__wrapped__ = fn
+    return new
+
+
+def _cell_holds_array(cell):
+    try:
+        return type(cell.cell_contents) is np.ndarray
+    except ValueError:  # an empty cell (a variable assigned later)
+        return False
+
+
+def indexable_constants(fn):
+    """``fn`` as the tracer calls it: the NumPy arrays it names as globals,
+    closure variables and defaults (and a partial's bound arguments) are
+    IndexableArray views, so ``data[i]``, ``data[i * n:(i + 1) * n]`` and
+    ``np.take(data, idx)`` record graph nodes when the index is traced.
+    Arrays reached in other ways (an attribute, another module) stay plain
+    ndarrays: pass those as arguments to index them by traced values."""
+    return _with_indexable(fn, {})
