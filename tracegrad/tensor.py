@@ -384,7 +384,9 @@ class Tensor(ArrayMethods):
     def bool(self):
         return self.to(np.bool_)
 
-    def astype(self, dtype):
+    def astype(self, dtype, copy=True):
+        if not copy and _resolve_dtype(dtype) == self.dtype:
+            return self   # NumPy's astype(copy=False): the array itself
         return self.to(dtype)
 
     # --- in-place ops ---------------------------------------------------------

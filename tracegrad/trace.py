@@ -13,6 +13,7 @@ to compute its key and then runs code from disk.
 from __future__ import annotations
 
 import hashlib
+import operator
 import os
 import sys
 
@@ -167,9 +168,62 @@ class Tracer(ArrayMethods):
         from tracegrad.ops import stop_gradient
         return stop_gradient(self)
 
-    def astype(self, dtype):
+    def astype(self, dtype, order="K", casting="unsafe", subok=True, copy=True):
         from tracegrad.ops import astype
+        if not copy and np.dtype(dtype) == self.dtype:
+            return self   # NumPy returns the array itself: the same value, aliased
         return astype(self, dtype)
+
+    # In-place arithmetic updates the value every name bound to it sees, as
+    # NumPy does (b = a; b += 1 changes a).  A view shares memory with its
+    # base, which compiled code cannot write through: that is an error.
+    def _inplace(self, op, other, symbol):
+        T = self._trace
+        if self.id in T.aliased:
+            loc = _user_frame()
+            where = f"{loc[0]}, line {loc[1]}" if loc else "your function"
+            src = _source_line(loc)
+            raise TraceError(
+                f"in-place '{symbol}' on a traced value that shares memory with another (a "
+                f"view such as a[1:], a.T or a.reshape(...), or an array a view was taken "
+                f"of) at {where}" + (f":\n    {src}\n" if src else ". ")
+                + "In NumPy the update would write through to the other array; compiled "
+                "code has no shared memory. Write b = b " + symbol[:-1] + " value to make "
+                "a new array, copy first (b = a[1:].copy()), or update with "
+                "tg.setitem(a, index, value).")
+        r = getattr(operator, op)(self, other)   # what `self <op> other` computes
+        if r.shape != self.shape:
+            raise ValueError(f"non-broadcastable output operand with shape {self.shape} "
+                             f"doesn't match the broadcast shape {r.shape} (in-place '{symbol}')")
+        if r.dtype != self.dtype:
+            if not np.can_cast(r.dtype, self.dtype, "same_kind"):
+                raise TypeError(f"Cannot cast the '{symbol[:-1]}' output from {r.dtype!r} to "
+                                f"{self.dtype!r} with casting rule 'same_kind' (in-place "
+                                f"'{symbol}')")
+            r = r.astype(self.dtype)
+        self.id = r.id
+        return self
+
+    def __iadd__(self, other):
+        return self._inplace("add", other, "+=")
+
+    def __isub__(self, other):
+        return self._inplace("sub", other, "-=")
+
+    def __imul__(self, other):
+        return self._inplace("mul", other, "*=")
+
+    def __itruediv__(self, other):
+        return self._inplace("truediv", other, "/=")
+
+    def __ifloordiv__(self, other):
+        return self._inplace("floordiv", other, "//=")
+
+    def __imod__(self, other):
+        return self._inplace("mod", other, "%=")
+
+    def __ipow__(self, other):
+        return self._inplace("pow", other, "**=")
 
     def to(self, *args, **kwargs):
         dtype = kwargs.get("dtype")
@@ -219,6 +273,9 @@ class Trace:
         self.outputs: list[int] = []
         self.backend = backend
         self._cse = {}
+        # nodes that share memory with another in NumPy's meaning (views and
+        # the values they were taken of): in-place updates of them are refused
+        self.aliased = set()
         self._consts = {}
         # While a transform applies a node's rule, the nodes it records are
         # attributed to that node's source line: (loc, "backward of %3 mul").
@@ -274,7 +331,11 @@ class Trace:
         key = (prim.name, ids, _attr_key(attrs))
         hit = self._cse.get(key)
         if hit is not None:
-            return hit
+            # a fresh Tracer: an in-place update of one result must not
+            # change another name's (a = sin(x); b = sin(x); b += 1)
+            if type(hit) is int:
+                return Tracer(self, hit, self.nodes[hit].aval)
+            return tuple(Tracer(self, i, self.nodes[i].aval) for i in hit)
         in_avals = [self.nodes[i].aval for i in ids]
         try:
             aval = (prim.shape or _shape_by_eval(prim))(*in_avals, **attrs)
@@ -294,13 +355,17 @@ class Trace:
                 aval = aval[0]
                 node.aval = aval
             result = Tracer(self, node.id, aval)
+            self._cse[key] = node.id
         else:
             outs = []
             for i in range(n_out):
                 p = self._add("proj", (node.id,), {"index": i}, aval[i], loc)
                 outs.append(Tracer(self, p.id, aval[i]))
             result = tuple(outs)
-        self._cse[key] = result
+            self._cse[key] = tuple(o.id for o in outs)
+        if prim.aliases_operands:
+            self.aliased.update(ids)
+            self.aliased.update([result.id] if prim.n_out == 1 else [o.id for o in result])
         return result
 
     # --- reading --------------------------------------------------------------------
