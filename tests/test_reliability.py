@@ -222,3 +222,13 @@ def test_re_wrapping_the_same_function_does_not_retrace():
     assert tg.cache_info()["traces"] == traces
     tg.value_and_grad(loss)(w)   # another transform is another trace
     assert tg.cache_info()["traces"] == traces + 1
+
+
+def test_top_level_functions_return_plain_arrays_for_plain_arrays():
+    x = np.arange(6.).reshape(2, 3)
+    for r in (tg.logsumexp(x, 1), tg.exp(x), tg.sum(x), tg.linalg.svd(x, full_matrices=False)[1]):
+        assert type(r) is np.ndarray
+    np.testing.assert_allclose(tg.logsumexp(x, 1), np.log(np.exp(x).sum(1)))
+    assert format(tg.sum(x), ".1f") == "15.0"
+    t = tg.tensor(x)
+    assert isinstance(tg.exp(t), tg.Tensor)       # Tensors in, Tensors out

@@ -993,9 +993,11 @@ def eager_bind(prim, args, attrs):
         arrays = []
         edges = []
         needs_grad = False
+        tensors = False
         for a in args:
             ta = type(a)
             if ta is Tensor:
+                tensors = True
                 d = a._data
                 if type(d) is not _ndarray:
                     break
@@ -1021,6 +1023,8 @@ def eager_bind(prim, args, attrs):
                 # a NumPy scalar becomes a 0-d array; a CuPy result (to_device)
                 # stays on its device
                 out = primitives.array_module(out).asarray(out)
+            if not tensors:
+                return out   # plain arrays in, plain arrays out (tg.exp(ndarray))
             track = needs_grad and _mode.grad_enabled and not prim.nondiff \
                 and out.dtype.kind in "fc"
             if prim.view:
@@ -1040,10 +1044,12 @@ def eager_bind(prim, args, attrs):
             return Tensor(out)
     arrays = []
     needs_grad = False
+    tensors = False
     xp = np
     on_cpu = False  # a Tensor operand in host memory (device check below)
     for a in args:
         if isinstance(a, Tensor):
+            tensors = True
             d = a._data
             if a._requires_grad:
                 needs_grad = True
@@ -1075,6 +1081,8 @@ def eager_bind(prim, args, attrs):
         if type(out) is not _ndarray:  # a CuPy result stays CuPy (to_device to "cuda")
             mod = primitives.array_module(out)
             out = (mod if mod is not np else xp).asarray(out)
+        if not tensors:
+            return out
         if prim.view:
             src = args[0]
             # a real view (shares memory with its operand; advanced indexing
@@ -1094,6 +1102,8 @@ def eager_bind(prim, args, attrs):
         node = PrimNode(prim, attrs, args, out, _edges(args), vbox)
         return Tensor(out, True, node, 0, vbox)
     outs = tuple(o if type(o) is _ndarray else xp.asarray(o) for o in out)
+    if not tensors:
+        return outs
     src = args[0] if prim.view else None
     if isinstance(src, Tensor):
         # views of one base (split): they share its version counter, and
