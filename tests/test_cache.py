@@ -183,7 +183,7 @@ def test_read_only_folder_falls_back_to_memory(tmp_path, monkeypatch):
     os.chmod(d, 0o500)
     monkeypatch.setenv("TRACEGRAD_CACHE_DIR", str(d))
     tg.clear_cache(disk=False)
-    cache._warned_readonly.clear()
+    cache._warned_dirs.clear()
     with pytest.warns(RuntimeWarning, match="memory only"):
         v = tg.grad(lambda x: np.sum(x ** 2))(np.ones(3))
     np.testing.assert_allclose(v, [2, 2, 2])
@@ -195,7 +195,7 @@ def test_unwritable_folder_falls_back_to_memory_with_one_warning(tmp_path, monke
     blocker.write_text("x")
     monkeypatch.setenv("TRACEGRAD_CACHE_DIR", str(blocker / "cache"))
     tg.clear_cache(disk=False)
-    cache._warned_readonly.clear()
+    cache._warned_dirs.clear()
     with pytest.warns(RuntimeWarning, match="memory only") as rec:
         v = tg.grad(lambda x: np.sum(x ** 2))(np.ones(3))
         tg.grad(lambda x: np.sum(x ** 3))(np.ones(3))
