@@ -232,3 +232,17 @@ def test_top_level_functions_return_plain_arrays_for_plain_arrays():
     assert format(tg.sum(x), ".1f") == "15.0"
     t = tg.tensor(x)
     assert isinstance(tg.exp(t), tg.Tensor)       # Tensors in, Tensors out
+
+
+def test_signature_tables_stay_bounded_and_fast_path_hits_count():
+    from tracegrad import api
+    f = tg.grad(lambda x: np.sum(x ** 2))
+    for n in range(1, api.SIGNATURES_PER_FUNCTION + 40):
+        f(np.ones(n))
+    assert len(f._fast) <= api.SIGNATURES_PER_FUNCTION
+    assert len(f._arrays_only) <= api.SIGNATURES_PER_FUNCTION
+    np.testing.assert_array_equal(f(np.ones(3)), 2 * np.ones(3))   # evicted: built again
+    hits = tg.cache_info()["memory_hits"]
+    for _ in range(5):
+        f(np.ones(3))
+    assert tg.cache_info()["memory_hits"] == hits + 5

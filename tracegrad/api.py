@@ -32,14 +32,14 @@ KINDS = ("forward", "grad", "value_and_grad", "jvp", "vjp", "jacrev", "jacfwd", 
 
 
 def _clear_fast_paths():
-    for c in list(_ALL):
-        c._fast.clear()
-        c._arrays_only.clear()
     for per_fn in list(_TABLES.values()):
         for tables in per_fn.values():
-            tables.fast.clear()
-            tables.arrays_only.clear()
-            tables.guard = None
+            tables.forget()
+    for c in list(_ALL):   # those not shared (a ufunc's)
+        c._tables.forget()
+
+
+cache.on_clear_memory.append(_clear_fast_paths)
 
 
 def _norm_argnums(argnums):
@@ -48,14 +48,26 @@ def _norm_argnums(argnums):
     return tuple(argnums), False
 
 
+# Signatures kept per function and transform (least recently used first
+# out): a function called with ever new shapes holds bounded memory.
+SIGNATURES_PER_FUNCTION = 64
+
+
 class _Tables:
     """A function's built signatures, and the guard of what they read."""
     __slots__ = ("fast", "arrays_only", "guard")
 
     def __init__(self):
-        self.fast = {}
+        self.fast = cache.LRU(SIGNATURES_PER_FUNCTION)
+        # runners for calls of positional ndarrays only: the hot path, a
+        # plain dict (emptied when full; it is rebuilt from `fast`)
         self.arrays_only = {}
         self.guard = None   # code_deps.Guard of the closure cells and globals traced
+
+    def forget(self):
+        self.fast.clear()
+        self.arrays_only.clear()
+        self.guard = None
 
 
 _TABLES = weakref.WeakKeyDictionary()   # fn -> {configuration: _Tables}
@@ -235,6 +247,7 @@ class Compiled:
             else:
                 run = self._arrays_only.get(tuple(key))
                 if run is not None:
+                    cache.count("memory_hits")
                     return run(args)
         leaves, ranges, kw_tree, statics, names = self._flatten(args, kwargs)
         if _inside_another_transform(leaves, self.kind):
@@ -259,7 +272,11 @@ class Compiled:
             self._fast[sig] = entry
             if not kwargs and not statics and all(type(a) is np.ndarray for a in args):
                 key = tuple(x for a in args for x in (a.shape, a.dtype.char))
+                if len(self._arrays_only) >= SIGNATURES_PER_FUNCTION:
+                    self._arrays_only.clear()
                 self._arrays_only[key] = self._runner(entry, ranges)
+        else:
+            cache.count("memory_hits")
         out = self._run(entry, arrays, ranges)
         if tensors:
             from tracegrad.tensor import Tensor
@@ -385,9 +402,7 @@ class Compiled:
 
     def _forget_traces(self, changed):
         """A cell or global the traces read was rebound: they are stale."""
-        self._fast.clear()
-        self._arrays_only.clear()
-        self._tables.guard = None
+        self._tables.forget()
         if os.environ.get("TRACEGRAD_EXPLAIN"):
             print(f"tracegrad: retracing {self.__name__} because {changed} it reads was "
                   f"rebound since it was traced", file=sys.stderr)

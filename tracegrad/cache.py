@@ -197,25 +197,22 @@ def template_dir():
     raise FileNotFoundError("tracegrad's codegen_templates folder is missing from the installation")
 
 
-_GENERATOR_FILES = ("primitives.py", "trace.py", "ir.py", "adjoint.py", "passes.py",
-                    "codegen.py", "codegen_cuda.py", "runtime_numpy.py", "ops")
 _templates_hash = None
 
 
 def templates_hash() -> str:
-    """Hash of the templates and of the generator itself (the modules whose
-    code decides what is generated): part of every cache key."""
+    """Hash of the templates and of every module of the package: part of
+    every cache key.  All modules, not a hand-kept list of the generator's:
+    any of them (api, batching, a transform) can shape what is generated,
+    and a list would go stale."""
     global _templates_hash
     if _templates_hash is None:
         h = hashlib.sha256()
         pkg = os.path.dirname(os.path.abspath(__file__))
         paths = [os.path.join(template_dir(), n) for n in sorted(os.listdir(template_dir()))]
-        for name in _GENERATOR_FILES:
-            p = os.path.join(pkg, name)
-            if os.path.isdir(p):
-                paths += [os.path.join(p, n) for n in sorted(os.listdir(p)) if n.endswith(".py")]
-            else:
-                paths.append(p)
+        for root, dirs, files in os.walk(pkg):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__" and d != "codegen_templates")
+            paths += [os.path.join(root, n) for n in sorted(files) if n.endswith(".py")]
         for p in paths:
             if os.path.isfile(p):
                 h.update(os.path.basename(p).encode())
@@ -524,12 +521,18 @@ def cache_info() -> dict:
                 disk_entries=n, disk_bytes=size, cache_dir=cache_dir())
 
 
+# What the layers above keep in memory besides the loaded modules (the API's
+# per-function signature tables) registers a function to empty it here, so
+# clear_cache reaches it without importing upwards.
+on_clear_memory = []
+
+
 def clear_cache(memory=True, disk=True):
     """Empty the memory cache and the disk cache folder; reset the counters."""
-    from tracegrad import api
     if memory:
         _memory.clear()
-        api._clear_fast_paths()
+        for forget in on_clear_memory:
+            forget()
         _recent_keys.clear()
     if disk:
         d = cache_dir()

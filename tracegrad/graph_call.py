@@ -206,7 +206,7 @@ class GraphFunction:
 
 
 _STATEMENT = re.compile(r"^(\s+)(t\d+ = .*?)  # (%\d+ \w+)$")
-_instrumented_cache: dict = {}
+_instrumented_cache = cache.LRU(cache.DEFAULT_MEMORY_CACHE_SIZE)   # generated fn -> instrumented
 
 
 def instrumented(fn):
@@ -307,7 +307,7 @@ def _trace_flat(fn, primals, backend):
     return trace, out_tree, tree, arrays, names, name
 
 
-_VJP_CACHE: dict = {}
+_VJP_CACHE = cache.LRU(cache.DEFAULT_MEMORY_CACHE_SIZE)   # structure hash -> GraphFunction
 
 
 def vjp(fn, primals, has_aux, backend):

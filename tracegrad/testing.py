@@ -381,18 +381,9 @@ def fake_cupy():
 def _clear_compiled_state():
     """Forget loaded generated modules (they are bound to whichever ``cupy``
     was importable), so nothing loaded under the stand-in outlives it."""
-    from tracegrad import cache
-    cache._memory.clear()
-    try:
-        from tracegrad.api import _clear_fast_paths
-        _clear_fast_paths()
-    except ImportError:
-        pass
-    try:
-        from tracegrad import graph_call
-        graph_call._VJP_CACHE.clear()
-    except ImportError:
-        pass
+    from tracegrad import cache, graph_call
+    cache.clear_cache(disk=False)
+    graph_call._VJP_CACHE.clear()
 
 
 @contextlib.contextmanager

@@ -17,12 +17,13 @@ import weakref
 
 import numpy as np
 
+from tracegrad import cache
 from tracegrad.autograd.grad_mode import enable_grad, no_grad
 from tracegrad.tensor import Tensor
 
 __all__ = ["jacobian", "hessian", "vjp", "jvp", "vhp", "hvp"]
 
-_CACHE: dict = {}
+_CACHE = cache.LRU(cache.DEFAULT_MEMORY_CACHE_SIZE)   # key -> GraphFunction
 
 
 def _as_tuple(x, arg_name, fn_name):
@@ -39,7 +40,6 @@ def _as_tuple(x, arg_name, fn_name):
 
 
 def _trace(func, inputs):
-    from tracegrad import cache
     from tracegrad.primitives import Aval
     from tracegrad.trace import trace_function
     avals = [Aval(tuple(x.shape), x.dtype) for x in inputs]
