@@ -15,6 +15,11 @@ from tracegrad.tensor import (Tensor, tensor, as_tensor, from_numpy, zeros, ones
                               normal, manual_seed, seed, is_tensor, device)
 from tracegrad import ops
 from tracegrad.ops import *  # noqa: F401,F403
+# The two faces: methods whose meaning differs follow the value's dialect;
+# the top-level names torch has mean what they mean in torch.
+from tracegrad import numpy_face  # noqa: F401
+from tracegrad.torch_face import (std, var, max, min, sort, split, transpose,  # noqa: F401
+                                  nonzero, squeeze, norm)
 from tracegrad import autograd
 from tracegrad.autograd import (no_grad, enable_grad, set_grad_enabled, inference_mode,
                                 is_grad_enabled, is_inference_mode_enabled)

@@ -132,7 +132,7 @@ class Compiled:
     """A function compiled for one transform; called like the original."""
 
     def __init__(self, fn, kind="forward", argnums=0, has_aux=False, backend=None,
-                 static_argnums=(), static_argnames=()):
+                 static_argnums=(), static_argnames=(), compile=True):
         if isinstance(fn, Compiled) and fn.kind == "forward":
             # tg.grad(tg.compile(f)) is tg.grad(f); a transformed function
             # (tg.grad(tg.grad(f))) stays whole: tracing it inlines its graph
@@ -146,6 +146,9 @@ class Compiled:
             raise ValueError(f"backend must be None, 'numpy' or 'cupy', got {backend!r}")
         self.fn = fn
         self.kind = kind
+        # compile=False: run fn eagerly on NumPy-face values that record the
+        # tape, so control flow may depend on values (see _call_eager)
+        self.compiled = bool(compile)
         self.argnums, self._single = _norm_argnums(argnums)
         self.has_aux = has_aux
         self.backend = backend
@@ -229,6 +232,8 @@ class Compiled:
 
     # --- calls -----------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
+        if not self.compiled:
+            return self._call_eager(args, kwargs)
         guard = self._tables.guard
         if guard is not None:
             changed = guard.changed()
@@ -260,15 +265,18 @@ class Compiled:
             a, is_t = leaf_array(x, f"argument leaf '{names[j] if j < len(names) else j}'")
             arrays.append(a)
             tensors |= is_t
+        faces = _leaf_faces(leaves) if tensors else None
         sig = (tuple(map(_leaf_sig, arrays)),
-               tuple((r[0], r[3]) for r in ranges), kw_tree, static_key(statics), len(args))
+               tuple((r[0], r[3]) for r in ranges), kw_tree, static_key(statics), len(args),
+               faces)
         if tensors and self.kind == "forward":
             from tracegrad.autograd.grad_mode import state
             if state.grad_enabled and any(getattr(x, "requires_grad", False) for x in leaves):
                 return self._call_on_tape(args, leaves, arrays, ranges, kw_tree, statics, names, sig)
         entry = self._fast.get(sig)
         if entry is None:
-            entry = self._build(self.kind, arrays, ranges, kw_tree, statics, names, len(args))
+            entry = self._build(self.kind, arrays, ranges, kw_tree, statics, names, len(args),
+                                faces=faces)
             self._fast[sig] = entry
             if not kwargs and not statics and all(type(a) is np.ndarray for a in args):
                 key = tuple(x for a in args for x in (a.shape, a.dtype.char))
@@ -296,7 +304,8 @@ class Compiled:
             leaves, ranges, kw_tree, statics, names = self._flatten(args, kwargs)
             arrays = [leaf_array(x, "argument")[0] for x in leaves]
             sig = (tuple(map(_leaf_sig, arrays)),
-                   tuple((r[0], r[3]) for r in ranges), kw_tree, static_key(statics), len(args))
+                   tuple((r[0], r[3]) for r in ranges), kw_tree, static_key(statics), len(args),
+                   _leaf_faces(leaves))
             entry = self._fast.get(sig)
         finally:
             _prof_state.current = prof
@@ -376,29 +385,46 @@ class Compiled:
         return res[0] if self._single else tuple(res)
 
     # --- building ---------------------------------------------------------------------
-    def _trace(self, arrays, ranges, kw_tree, statics, names, nargs):
+    def _trace(self, arrays, ranges, kw_tree, statics, names, nargs, faces=None):
+        """faces: the dialect of each leaf (None: all NumPy)."""
         avals = [_leaf_aval(a) for a in arrays]
         backend = self.backend or ("cupy" if any(type(a).__module__.startswith("cupy")
                                                  for a in arrays) else "numpy")
-        static_map = dict(statics)
 
         def rebuild(tracers):
-            args = [None] * nargs
-            for i, lo, hi, tree in ranges:
-                args[i] = tree_unflatten(tree, tracers[lo:hi])
-            for i, v in statics:
-                if isinstance(i, int):
-                    args[i] = v
-            kw_leaves = tracers[ranges[-1][2] if ranges else 0:]
-            kwargs = tree_unflatten(kw_tree, kw_leaves)
-            kwargs.update({k: v for k, v in static_map.items() if isinstance(k, str)})
-            return args, kwargs
+            return _rebuild_args(tracers, ranges, kw_tree, statics, nargs)
 
-        trace, out_tree = trace_function(self.fn, avals, rebuild, names, backend)
+        trace, out_tree = trace_function(self.fn, avals, rebuild, names, backend, faces)
         cache.count("traces")
         self._tables.guard = code_deps.Guard(self.fn)
         self._check_out_tree(out_tree)
         return trace, out_tree, avals, backend
+
+    def _call_eager(self, args, kwargs):
+        """compile=False: fn runs on eager values that speak NumPy and record
+        the tape (the differentiated leaves; others stay as passed), so its
+        Python control flow may depend on values; the backward engine then
+        gives the derivatives, in the layout the compiled code returns."""
+        from tracegrad.autograd import enable_grad
+        from tracegrad.tensor import NumpyTensor
+        leaves, ranges, kw_tree, statics, names = self._flatten(args, kwargs)
+        wrt = self._wrt_leaves(ranges) if self.kind != "forward" else []
+        xs = {}
+        for _, lo, hi in wrt:
+            for j in range(lo, hi):
+                a = leaf_array(leaves[j], f"argument leaf '{names[j]}'")[0]
+                xs[j] = NumpyTensor(np.array(a, dtype=a.dtype), requires_grad=True)
+        avals = [_leaf_aval(leaf_array(x, "argument")[0]) for x in leaves]
+        self._check_wrt(self.kind, avals, wrt, names)
+        values = [xs.get(j, x) for j, x in enumerate(leaves)]
+        a, kw = _rebuild_args(values, ranges, kw_tree, statics, len(args))
+        with enable_grad():
+            out = self.fn(*a, **kw)
+        out_leaves, out_tree = tree_flatten(out)
+        self._check_out_tree(out_tree)
+        entry = _Entry(None, out_tree, len(out_leaves), None, wrt, avals)
+        flat = _eager_derivatives(self.kind, out_leaves, [xs[j] for j in sorted(xs)])
+        return self._run(entry, leaves, ranges, lambda *_: flat)
 
     def _forget_traces(self, changed):
         """A cell or global the traces read was rebound: they are stale."""
@@ -444,8 +470,10 @@ class Compiled:
             "graph": trace.structure_hash(),
         }
 
-    def _build(self, kind, arrays, ranges, kw_tree, statics, names, nargs, lower=False):
-        trace, out_tree, avals, backend = self._trace(arrays, ranges, kw_tree, statics, names, nargs)
+    def _build(self, kind, arrays, ranges, kw_tree, statics, names, nargs, lower=False,
+               faces=None):
+        trace, out_tree, avals, backend = self._trace(arrays, ranges, kw_tree, statics, names,
+                                                      nargs, faces)
         wrt = self._wrt_leaves(ranges) if kind != "forward" and kind != "vjp" and kind != "jvp" \
             else [(None, 0, len(arrays))]
         self._check_wrt(kind, avals, wrt, names)
@@ -481,11 +509,13 @@ class Compiled:
         through it (grad of grad, a gradient inside a compiled step)."""
         from tracegrad import ir
         avals = [primitives.aval_of(x) for x in leaves]
+        faces = _leaf_faces(leaves)
         sig = ("inline", tuple(avals), tuple((r[0], r[3]) for r in ranges), kw_tree,
-               static_key(statics), nargs)
+               static_key(statics), nargs, faces)
         hit = self._fast.get(sig)
         if hit is None:
-            trace, out_tree, avals, _ = self._trace(avals, ranges, kw_tree, statics, names, nargs)
+            trace, out_tree, avals, _ = self._trace(avals, ranges, kw_tree, statics, names, nargs,
+                                                    faces)
             wrt = self._wrt_leaves(ranges)
             self._check_wrt(self.kind, avals, wrt, names)
             g = _transform_graph(self.kind, trace, wrt)
@@ -499,7 +529,8 @@ class Compiled:
         """Trace and generate without running: -> Lowered (graph, source, dot())."""
         leaves, ranges, kw_tree, statics, names = self._flatten(args, kwargs)
         arrays = [leaf_array(x, "argument")[0] for x in leaves]
-        return self._build(self.kind, arrays, ranges, kw_tree, statics, names, len(args), lower=True)
+        return self._build(self.kind, arrays, ranges, kw_tree, statics, names, len(args), lower=True,
+                           faces=_leaf_faces(leaves))
 
     # --- compiled calls on the eager tape ---------------------------------------------------
     def _call_on_tape(self, args, leaves, arrays, ranges, kw_tree, statics, names, sig):
@@ -508,7 +539,7 @@ class Compiled:
         entry = self._fast.get(key)
         if entry is None:
             trace, out_tree, avals, backend = self._trace(arrays, ranges, kw_tree, statics,
-                                                          names, len(args))
+                                                          names, len(args), _leaf_faces(leaves))
             entry = (graph_call.GraphFunction.from_trace(trace, names, self.__name__), out_tree)
             self._fast[key] = entry
         gf, out_tree = entry
@@ -518,6 +549,67 @@ class Compiled:
 
 _FN_NAME = {"forward": "forward", "grad": "value_and_grad", "value_and_grad": "value_and_grad",
             "jacrev": "jacobian", "jacfwd": "jacobian", "hessian": "hessian"}
+
+
+def _rebuild_args(values, ranges, kw_tree, statics, nargs):
+    """(args, kwargs) of a call from its dynamic leaves' values and statics."""
+    args = [None] * nargs
+    for i, lo, hi, tree in ranges:
+        args[i] = tree_unflatten(tree, values[lo:hi])
+    for i, v in statics:
+        if isinstance(i, int):
+            args[i] = v
+    kwargs = tree_unflatten(kw_tree, values[ranges[-1][2] if ranges else 0:])
+    kwargs.update({k: v for k, v in statics if isinstance(k, str)})
+    return args, kwargs
+
+
+def _plain(v):
+    """A result as the caller gets it: an array (a value off the tape), a
+    0-d result a NumPy scalar, as the generated code returns it."""
+    if not hasattr(v, "grad_fn"):
+        return v
+    return v._data[()] if v._data.ndim == 0 else np.array(v._data)
+
+
+def _eager_derivatives(kind, outs, xs):
+    """The flat outputs compiled code of ``kind`` returns, from an eager run:
+    outputs, then gradients / Jacobian blocks (output-major) / Hessian rows."""
+    from tracegrad import autograd
+    if kind == "forward":
+        return [_plain(o) for o in outs]
+
+    def grads(y, create_graph=False):
+        if not hasattr(y, "grad_fn") or not y.requires_grad:   # no path to the inputs
+            return [np.zeros(x.shape, x.dtype) for x in xs]
+        gs = autograd.grad(y, xs, allow_unused=True, retain_graph=True, create_graph=create_graph)
+        return [np.zeros(x.shape, x.dtype) if g is None else (g if create_graph else _plain(g))
+                for g, x in zip(gs, xs)]
+
+    def jacobian_blocks(ys):
+        blocks = []
+        for y in ys:
+            shape = tuple(np.shape(_plain(y)))
+            rows = [grads(y.reshape(-1)[k]) if hasattr(y, "grad_fn") else
+                    [np.zeros(x.shape, x.dtype) for x in xs] for k in range(int(np.prod(shape)))]
+            blocks.extend(np.stack([r[i] for r in rows]).reshape(shape + tuple(x.shape))
+                          if rows else np.zeros(shape + tuple(x.shape)) for i, x in enumerate(xs))
+        return blocks
+
+    if kind in ("grad", "value_and_grad"):
+        return [_plain(o) for o in outs] + grads(outs[0])
+    if kind in ("jacrev", "jacfwd"):
+        return jacobian_blocks(outs)
+    if kind == "hessian":
+        return jacobian_blocks(grads(outs[0], create_graph=True))
+    raise ValueError(kind)
+
+
+def _leaf_faces(leaves):
+    """The dialect each leaf speaks: a Tensor (or a torch-face tracer) torch,
+    anything else NumPy; None when all speak NumPy."""
+    faces = tuple(getattr(x, "_face", "numpy") for x in leaves)
+    return faces if "torch" in faces else None
 
 
 def _leaf_sig(a):
@@ -642,35 +734,47 @@ def compile(fn=None, *, backend=None, static_argnums=(), static_argnames=()):
                     static_argnames=static_argnames)
 
 
-def grad(fn, argnums=0, has_aux=False, *, backend=None, static_argnums=(), static_argnames=()):
-    """The gradient of a scalar function w.r.t. argument(s) ``argnums``."""
-    return Compiled(fn, "grad", argnums, has_aux, backend, static_argnums, static_argnames)
+def grad(fn, argnums=0, has_aux=False, *, backend=None, static_argnums=(), static_argnames=(),
+         compile=True):
+    """The gradient of a scalar function w.r.t. argument(s) ``argnums``.
+
+    compile=False runs ``fn`` eagerly on values that record the tape, so its
+    control flow may depend on values (``while err > tol``), as with HIPS
+    autograd; every transform takes it."""
+    return Compiled(fn, "grad", argnums, has_aux, backend, static_argnums, static_argnames,
+                    compile)
 
 
 def value_and_grad(fn, argnums=0, has_aux=False, *, backend=None, static_argnums=(),
-                   static_argnames=()):
+                   static_argnames=(), compile=True):
     """``(value, gradient)`` of a scalar function in one compiled call."""
     return Compiled(fn, "value_and_grad", argnums, has_aux, backend, static_argnums,
-                    static_argnames)
+                    static_argnames, compile)
 
 
-def jacobian(fn, argnums=0, *, backend=None, static_argnums=(), static_argnames=()):
+def jacobian(fn, argnums=0, *, backend=None, static_argnums=(), static_argnames=(),
+             compile=True):
     """The full Jacobian (reverse mode): shape out.shape + in.shape, all rows
     in one compiled call."""
-    return Compiled(fn, "jacrev", argnums, False, backend, static_argnums, static_argnames)
+    return Compiled(fn, "jacrev", argnums, False, backend, static_argnums, static_argnames,
+                    compile)
 
 
 jacrev = jacobian
 
 
-def jacfwd(fn, argnums=0, *, backend=None, static_argnums=(), static_argnames=()):
+def jacfwd(fn, argnums=0, *, backend=None, static_argnums=(), static_argnames=(),
+           compile=True):
     """The full Jacobian by forward mode (one tangent per input element)."""
-    return Compiled(fn, "jacfwd", argnums, False, backend, static_argnums, static_argnames)
+    return Compiled(fn, "jacfwd", argnums, False, backend, static_argnums, static_argnames,
+                    compile)
 
 
-def hessian(fn, argnums=0, *, backend=None, static_argnums=(), static_argnames=()):
+def hessian(fn, argnums=0, *, backend=None, static_argnums=(), static_argnames=(),
+            compile=True):
     """The Hessian of a scalar function: shape in.shape + in.shape."""
-    return Compiled(fn, "hessian", argnums, False, backend, static_argnums, static_argnames)
+    return Compiled(fn, "hessian", argnums, False, backend, static_argnums, static_argnames,
+                    compile)
 
 
 def _bind_statics(fn, primals, static_argnums, static_argnames, what):

@@ -301,7 +301,8 @@ def _trace_flat(fn, primals, backend):
 
     if backend is None:  # CuPy arrays select the CUDA target, as in tracegrad.api
         backend = "cupy" if any(type(a).__module__.startswith("cupy") for a in arrays) else "numpy"
-    trace, out_tree = trace_function(fn, avals, rebuild, names, backend)
+    faces = ["torch" if hasattr(x, "grad_fn") else "numpy" for x in leaves]
+    trace, out_tree = trace_function(fn, avals, rebuild, names, backend, faces)
     cache.count("traces")
     name = getattr(fn, "__qualname__", "f")
     return trace, out_tree, tree, arrays, names, name

@@ -59,6 +59,7 @@ _CPU = device("cpu")
 
 class Tensor(ArrayMethods):
     """An array with torch.autograd semantics, on NumPy (or CuPy) data."""
+    _face = "torch"   # names whose meaning differs between NumPy and torch mean torch's
     __slots__ = ("_data", "_requires_grad", "_grad", "grad_fn", "_output_nr",
                  "_vbox", "_retains_grad", "_accum", "_base", "_view_fn", "name", "__weakref__")
 
@@ -388,6 +389,11 @@ class Tensor(ArrayMethods):
         if not copy and _resolve_dtype(dtype) == self.dtype:
             return self   # NumPy's astype(copy=False): the array itself
         return self.to(dtype)
+
+    def _assign(self, value, what, instead):
+        """NumPy's in-place update of every name bound to this value (the
+        NumPy face's x.sort()), recorded like any in-place op."""
+        self.copy_(value)
 
     # --- in-place ops ---------------------------------------------------------
     def _inplace(self, fn, *args, fast=None):
@@ -966,6 +972,27 @@ def _asarray_like(x):
     return primitives.array_module(x).asarray(x)
 
 
+class NumpyTensor(Tensor):
+    """An eager value that speaks NumPy: it records the tape like a Tensor
+    (so NumPy code whose control flow depends on values can be
+    differentiated: ``tg.grad(f, compile=False)``), while every name whose
+    meaning differs between the dialects (``x.std()``, ``x.max(axis)``,
+    ``x.size``) means what it means on an ndarray.  Results keep the face."""
+    __slots__ = ()
+    _face = "numpy"
+
+    def __array__(self, dtype=None, copy=None):
+        if self._requires_grad:
+            raise TypeError(
+                "conversion of a value being differentiated to a NumPy array (np.asarray, "
+                "np.array, float indexing): the result would be cut off from the gradient. "
+                "Drop the conversion, a tracegrad value already acts as an array.")
+        return super().__array__(dtype, copy)
+
+    def __repr__(self):
+        return "NumPy-face " + super().__repr__()
+
+
 def eager_bind(prim, args, attrs):
     if _mode.raw:
         # a vjp rule inside a backward without create_graph: plain arrays in,
@@ -973,7 +1000,7 @@ def eager_bind(prim, args, attrs):
         xp = np
         for a in args:
             t = type(a)
-            if t is Tensor:
+            if t is Tensor or t is NumpyTensor:
                 break
             if t is not _ndarray and t is not float and t is not int and \
                     t.__module__.startswith("cupy"):
@@ -1044,12 +1071,13 @@ def eager_bind(prim, args, attrs):
             return Tensor(out)
     arrays = []
     needs_grad = False
-    tensors = False
+    cls = None     # the first Tensor operand's class: its face carries over
     xp = np
     on_cpu = False  # a Tensor operand in host memory (device check below)
     for a in args:
         if isinstance(a, Tensor):
-            tensors = True
+            if cls is None:
+                cls = type(a)
             d = a._data
             if a._requires_grad:
                 needs_grad = True
@@ -1081,7 +1109,7 @@ def eager_bind(prim, args, attrs):
         if type(out) is not _ndarray:  # a CuPy result stays CuPy (to_device to "cuda")
             mod = primitives.array_module(out)
             out = (mod if mod is not np else xp).asarray(out)
-        if not tensors:
+        if cls is None:
             return out
         if prim.view:
             src = args[0]
@@ -1090,19 +1118,19 @@ def eager_bind(prim, args, attrs):
             if isinstance(src, Tensor) and (type(out) is not _ndarray
                                             or _shares_base(out, src._data)):
                 vbox = src._vbox
-                t = Tensor(out, False, None, 0, vbox)
+                t = cls(out, False, None, 0, vbox)
                 t._base, t._view_fn = _view_chain(src, prim, attrs, tuple(args[1:]))
                 if track and out.dtype.kind in "fc":
                     t.grad_fn = PrimNode(prim, attrs, args, out, _edges(args), vbox)
                     t._requires_grad = True
                 return t
         if not track or out.dtype.kind not in "fc":
-            return Tensor(out)
+            return cls(out)
         vbox = [0]
         node = PrimNode(prim, attrs, args, out, _edges(args), vbox)
-        return Tensor(out, True, node, 0, vbox)
+        return cls(out, True, node, 0, vbox)
     outs = tuple(o if type(o) is _ndarray else xp.asarray(o) for o in out)
-    if not tensors:
+    if cls is None:
         return outs
     src = args[0] if prim.view else None
     if isinstance(src, Tensor):
@@ -1110,7 +1138,7 @@ def eager_bind(prim, args, attrs):
         # in-place ops on them are refused (see Tensor._inplace)
         vboxes = tuple(src._vbox for _ in outs)
         base = src._base if src._base is not None else src
-        res = tuple(Tensor(o, False, None, 0, src._vbox) for o in outs)
+        res = tuple(cls(o, False, None, 0, src._vbox) for o in outs)
         for t in res:
             t._base, t._view_fn = base, None
         if track:
@@ -1121,12 +1149,12 @@ def eager_bind(prim, args, attrs):
                     t.grad_fn, t._output_nr, t._requires_grad = node, i, True
         return res
     if not track:
-        return tuple(Tensor(o) for o in outs)
+        return tuple(cls(o) for o in outs)
     vboxes = tuple([0] for _ in outs)
     node = PrimNode(prim, attrs, args, outs, tuple(
         _edge_of(a) if isinstance(a, Tensor) else _NO_EDGE for a in args), vboxes)
     node.output_meta = [(o.shape, o.dtype) for o in outs]
-    return tuple(Tensor(o, True, node, i, vb) if o.dtype.kind in "fc" else Tensor(o, False, None, 0, vb)
+    return tuple(cls(o, True, node, i, vb) if o.dtype.kind in "fc" else cls(o, False, None, 0, vb)
                  for i, (o, vb) in enumerate(zip(outs, vboxes)))
 
 

@@ -65,14 +65,17 @@ class Node:
 
 
 class Tracer(ArrayMethods):
-    """A symbolic array inside a trace."""
-    __slots__ = ("_trace", "id", "shape", "dtype")
+    """A symbolic array inside a trace.  Its face ("numpy" or "torch") is the
+    dialect of the argument it stands for, or of the first traced operand
+    of the op that made it; names whose meaning differs follow it."""
+    __slots__ = ("_trace", "id", "shape", "dtype", "_face")
 
-    def __init__(self, trace, id, aval):
+    def __init__(self, trace, id, aval, face="numpy"):
         self._trace = trace
         self.id = id
         self.shape = aval.shape
         self.dtype = aval.dtype
+        self._face = face
 
     @property
     def aval(self):
@@ -106,8 +109,10 @@ class Tracer(ArrayMethods):
             f"({self.dtype}{list(self.shape)}): their values are not known, only shapes and "
             f"dtypes.{origin} Python control flow may depend on shapes and static values, "
             f"not on array values. Remedies: mark the argument static with "
-            f"static_argnums=/static_argnames= (it is then part of the cache key), or "
-            f"express the choice as data with np.where(cond, a, b) / np.maximum / np.clip.")
+            f"static_argnums=/static_argnames= (it is then part of the cache key), "
+            f"express the choice as data with np.where(cond, a, b) / np.maximum / np.clip, "
+            f"or differentiate without compiling: tg.grad(f, compile=False) runs f eagerly "
+            f"on values that record the tape, so its control flow may depend on values.")
 
     def __bool__(self):
         self._concrete_error("Python truth value (if/while/and/or/not) requested")
@@ -178,19 +183,6 @@ class Tracer(ArrayMethods):
     # NumPy does (b = a; b += 1 changes a).  A view shares memory with its
     # base, which compiled code cannot write through: that is an error.
     def _inplace(self, op, other, symbol):
-        T = self._trace
-        if self.id in T.aliased:
-            loc = _user_frame()
-            where = f"{loc[0]}, line {loc[1]}" if loc else "your function"
-            src = _source_line(loc)
-            raise TraceError(
-                f"in-place '{symbol}' on a traced value that shares memory with another (a "
-                f"view such as a[1:], a.T or a.reshape(...), or an array a view was taken "
-                f"of) at {where}" + (f":\n    {src}\n" if src else ". ")
-                + "In NumPy the update would write through to the other array; compiled "
-                "code has no shared memory. Write b = b " + symbol[:-1] + " value to make "
-                "a new array, copy first (b = a[1:].copy()), or update with "
-                "tg.setitem(a, index, value).")
         r = getattr(operator, op)(self, other)   # what `self <op> other` computes
         if r.shape != self.shape:
             raise ValueError(f"non-broadcastable output operand with shape {self.shape} "
@@ -201,7 +193,24 @@ class Tracer(ArrayMethods):
                                 f"{self.dtype!r} with casting rule 'same_kind' (in-place "
                                 f"'{symbol}')")
             r = r.astype(self.dtype)
-        self.id = r.id
+        return self._assign(r, f"in-place '{symbol}'", f"b = b {symbol[:-1]} value")
+
+    def _assign(self, value, what, instead):
+        """Make this value ``value`` for every name bound to it (NumPy's
+        in-place update); refused where NumPy would write through a view."""
+        T = self._trace
+        if self.id in T.aliased:
+            loc = _user_frame()
+            where = f"{loc[0]}, line {loc[1]}" if loc else "your function"
+            src = _source_line(loc)
+            raise TraceError(
+                f"{what} on a traced value that shares memory with another (a view such "
+                f"as a[1:], a.T or a.reshape(...), or an array a view was taken of) at "
+                f"{where}" + (f":\n    {src}\n" if src else ". ")
+                + f"In NumPy the update would write through to the other array; compiled "
+                f"code has no shared memory. Write {instead} to make a new array, copy "
+                f"first (b = a[1:].copy()), or update with tg.setitem(a, index, value).")
+        self.id = value.id
         return self
 
     def __iadd__(self, other):
@@ -287,10 +296,10 @@ class Trace:
         self.nodes.append(n)
         return n
 
-    def new_input(self, aval, name):
+    def new_input(self, aval, name, face="numpy"):
         n = self._add("input", (), {"index": len(self.inputs)}, aval, name=name)
         self.inputs.append(n.id)
-        return Tracer(self, n.id, aval)
+        return Tracer(self, n.id, aval, face)
 
     def const(self, value):
         """Node id of a constant (deduplicated by content)."""
@@ -328,14 +337,15 @@ class Trace:
 
     def bind(self, prim, args, attrs):
         ids = tuple(self.operand(a) for a in args)
+        face = next((a._face for a in args if type(a) is Tracer), "numpy")
         key = (prim.name, ids, _attr_key(attrs))
         hit = self._cse.get(key)
         if hit is not None:
             # a fresh Tracer: an in-place update of one result must not
             # change another name's (a = sin(x); b = sin(x); b += 1)
             if type(hit) is int:
-                return Tracer(self, hit, self.nodes[hit].aval)
-            return tuple(Tracer(self, i, self.nodes[i].aval) for i in hit)
+                return Tracer(self, hit, self.nodes[hit].aval, face)
+            return tuple(Tracer(self, i, self.nodes[i].aval, face) for i in hit)
         in_avals = [self.nodes[i].aval for i in ids]
         try:
             aval = (prim.shape or _shape_by_eval(prim))(*in_avals, **attrs)
@@ -354,13 +364,13 @@ class Trace:
             if isinstance(aval, tuple) and not isinstance(aval, Aval):
                 aval = aval[0]
                 node.aval = aval
-            result = Tracer(self, node.id, aval)
+            result = Tracer(self, node.id, aval, face)
             self._cse[key] = node.id
         else:
             outs = []
             for i in range(n_out):
                 p = self._add("proj", (node.id,), {"index": i}, aval[i], loc)
-                outs.append(Tracer(self, p.id, aval[i]))
+                outs.append(Tracer(self, p.id, aval[i], face))
             result = tuple(outs)
             self._cse[key] = tuple(o.id for o in outs)
         if prim.aliases_operands:
@@ -498,13 +508,15 @@ def leaf_paths(treedef, prefix):
     return names
 
 
-def trace_function(fn, leaves_avals, rebuild_args, names, backend="numpy"):
+def trace_function(fn, leaves_avals, rebuild_args, names, backend="numpy", faces=None):
     """Trace ``fn`` on symbolic inputs.
 
-    leaves_avals: Aval per dynamic leaf; rebuild_args(tracers) -> (args, kwargs)
-    returns (trace, out_treedef)."""
+    leaves_avals: Aval per dynamic leaf; faces: the dialect of each ("numpy"
+    for ndarrays and numbers, "torch" for Tensors; all "numpy" by default);
+    rebuild_args(tracers) -> (args, kwargs).  Returns (trace, out_treedef)."""
     trace = Trace(backend)
-    tracers = [trace.new_input(a, n) for a, n in zip(leaves_avals, names)]
+    faces = faces or ["numpy"] * len(leaves_avals)
+    tracers = [trace.new_input(a, n, f) for a, n, f in zip(leaves_avals, names, faces)]
     args, kwargs = rebuild_args(tracers)
     from tracegrad.ops.random import tracing_random_draws  # np.random.* draws become nodes
     with tracing_random_draws(trace, fn, args, kwargs) as (args, kwargs):

@@ -44,7 +44,8 @@ def _trace(func, inputs):
     from tracegrad.trace import trace_function
     avals = [Aval(tuple(x.shape), x.dtype) for x in inputs]
     names = [f"input{i}" for i in range(len(inputs))]
-    trace, out_tree = trace_function(func, avals, lambda ts: (list(ts), {}), names)
+    trace, out_tree = trace_function(func, avals, lambda ts: (list(ts), {}), names,
+                                     faces=["torch"] * len(avals))   # torch.autograd's API
     cache.count("traces")
     if out_tree[0] == "tuple" and all(e == ("leaf",) for e in out_tree[1]):
         tuple_out = True

@@ -4,9 +4,18 @@
 ``Tracer``: every method on it calls a functional op, which binds a
 primitive, so the same user code runs eagerly and under tracing.
 
+A value speaks one dialect, its face (``value._face``: "numpy" or "torch").
+A name that means the same in NumPy and torch (``x.exp()``, ``x.sum(axis)``)
+is one method; a name whose meaning differs (``x.std()``, ``x.max(1)``,
+``x.size``, ``x.transpose(0, 1)``) is a ``FaceMethod`` that picks the
+implementation of the value's face, and a face that has no meaning for it
+raises an error naming the dialect and what to write instead.
+
 An op module attaches a function with
 
-* ``@method("exp")``: as ``x.exp()`` on Tensors and tracers;
+* ``@method("exp")``: as ``x.exp()`` on Tensors and tracers, in both faces;
+* ``@face_method("numpy", "std")``: as one face's meaning of the name (the
+  faces register theirs in ``tracegrad.numpy_face`` / ``tracegrad.torch_face``);
 * ``@implements(np.exp)``: as the override NumPy dispatches to through
   ``__array_ufunc__`` / ``__array_function__``, so ``np.exp(t)`` works.
 """
@@ -58,7 +67,7 @@ class ArrayMethods:
     def __getitem__(self, idx): return _ops.getitem(self, idx)
     __hash__ = object.__hash__
 
-    # NumPy attribute spellings and torch ones
+    # Attributes both dialects spell and mean alike
     @property
     def ndim(self):
         return len(self.shape)
@@ -69,17 +78,6 @@ class ArrayMethods:
         for d in self.shape:
             n *= d
         return n
-
-    def dim(self):
-        return len(self.shape)
-
-    ndimension = dim
-
-    def numel(self):
-        return self.size_
-
-    def size(self, dim=None):
-        return tuple(self.shape) if dim is None else self.shape[dim]
 
     def __len__(self):
         if not self.shape:
@@ -94,10 +92,21 @@ class ArrayMethods:
     def mT(self):
         return _ops.swapaxes(self, -1, -2)
 
-    def t(self):
-        if len(self.shape) > 2:
-            raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {len(self.shape)}D")
-        return _ops.transpose(self)
+    @property
+    def itemsize(self):
+        return np.dtype(self.dtype).itemsize
+
+    @property
+    def nbytes(self):
+        return self.size_ * np.dtype(self.dtype).itemsize
+
+    @property
+    def real(self):
+        return _ops.real(self)
+
+    @property
+    def imag(self):
+        return _ops.imag(self)
 
     # NumPy protocols: np.sin(t), np.sum(t, axis=0), ndarray @ t.
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
@@ -136,12 +145,61 @@ def _reduce_ufunc(ufunc, inputs, kwargs):
 
 
 def method(*names):
-    """Attach the decorated op as methods named ``names`` of Tensor and Tracer."""
+    """Attach the decorated op as methods named ``names`` of Tensor and
+    Tracer, with the same meaning in both faces."""
     def deco(fn):
         for n in names:
             setattr(ArrayMethods, n, fn)
         return fn
     return deco
+
+
+_DIALECT = {"numpy": "NumPy (it stands for an ndarray)", "torch": "torch (a Tensor)"}
+
+
+class FaceMethod:
+    """A method or attribute whose meaning differs between NumPy and torch:
+    the value's face picks the implementation (a function, or a property)."""
+    __slots__ = ("name", "impls", "advice")
+
+    def __init__(self, name):
+        self.name = name
+        self.impls = {}      # face -> function or property
+        self.advice = {}     # face -> what to write there instead
+
+    def __get__(self, obj, cls=None):
+        if obj is None:
+            return self
+        impl = self.impls.get(obj._face)
+        if impl is None:
+            raise AttributeError(
+                f"'{self.name}' means different things in NumPy and torch, and this value "
+                f"speaks {_DIALECT[obj._face]}, which has no '{self.name}' of that meaning: "
+                f"{self.advice.get(obj._face, 'see the guide, Two dialects')}")
+        return impl.__get__(obj, cls)
+
+
+def _face_entry(name):
+    d = ArrayMethods.__dict__.get(name)
+    if not isinstance(d, FaceMethod):
+        d = FaceMethod(name)
+        setattr(ArrayMethods, name, d)
+    return d
+
+
+def face_method(face, *names):
+    """Attach the decorated function (or property) as face ``face``'s
+    meaning of ``names``; the other face must register its own (or advice)."""
+    def deco(fn):
+        for n in names:
+            _face_entry(n).impls[face] = fn
+        return fn
+    return deco
+
+
+def face_advice(face, name, advice):
+    """``name`` has no meaning in ``face``: what to write instead."""
+    _face_entry(name).advice[face] = advice
 
 
 def implements(*numpy_funcs):

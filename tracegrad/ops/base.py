@@ -693,9 +693,11 @@ def _resolve_shape(shape, size):
     return tuple(int(d) for d in shape)
 
 
-@method("reshape", "view")
+@method("reshape")
 @implements(np.reshape)
 def reshape(x, *shape, newshape=None, order="C", **kw):
+    """NumPy's reshape (torch's too, which has no ``order``): order="F"
+    reads and writes the elements with the first index fastest."""
     if newshape is not None:
         shape = (newshape,)
     if "shape" in kw:
@@ -708,9 +710,20 @@ def reshape(x, *shape, newshape=None, order="C", **kw):
     for d in shape_of(x):
         size *= d
     shape = _resolve_shape([int(d) for d in shape], size)
+    if order == "F":
+        return transpose(reshape(transpose(x), tuple(reversed(shape))))
+    _check_order(order, "reshape")
     if shape == shape_of(x) and is_value(x):
         return x
     return bind(reshape_p, x, shape=shape)
+
+
+def _check_order(order, what):
+    if order not in ("C", None):
+        raise ValueError(
+            f"{what}(order={order!r}): tracegrad takes order 'C' or 'F'; 'A' and 'K' follow "
+            f"the memory layout of the array, which traced and compiled code does not track. "
+            f"Pass order='C' or order='F' explicitly.")
 
 
 @method("broadcast_to", "expand")
@@ -735,9 +748,10 @@ def broadcast_to(x, *shape, **kw):
     return bind(broadcast_to_p, x, shape=shape)
 
 
-@method("transpose")
 @implements(np.transpose)
 def transpose(x, *axes, **kw):
+    """NumPy's transpose: permute the axes (reverse them by default).  torch's
+    transpose(dim0, dim1) is ``swapaxes``."""
     if "axes" in kw:
         axes = (kw["axes"],)
     nd = len(shape_of(x))
@@ -745,8 +759,8 @@ def transpose(x, *axes, **kw):
         axes = axes[0]
     if axes is None or axes == ():
         axes = tuple(range(nd))[::-1]
-    elif len(axes) == 2 and nd != 2 or (len(axes) == 2 and "dim0" in kw):
-        return swapaxes(x, axes[0], axes[1])
+    if len(axes) != nd:
+        raise ValueError(f"transpose: axes {tuple(axes)} don't match an array of {nd} dimensions")
     axes = tuple(int(a) % nd for a in axes)
     if axes == tuple(range(nd)) and is_value(x):
         return x

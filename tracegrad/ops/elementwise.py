@@ -16,7 +16,8 @@ from tracegrad.primitives import Aval, bind, register
 from tracegrad.ops._define import method, implements
 from tracegrad.ops.base import (def_elementwise, zeros_rule, add, sub, mul, div, neg,
                                 reciprocal, exp, where, equal, greater, less,
-                                greater_equal, less_equal, logical_and, logical_or)
+                                greater_equal, less_equal, logical_and, logical_or,
+                                zeros_like_value)
 
 __all__ = [
     "abs", "absolute", "sign", "sqrt", "square", "rsqrt", "exp2", "expm1", "log1p", "log2",
@@ -26,7 +27,7 @@ __all__ = [
     "rint", "trunc", "fix", "round", "around", "isnan", "isinf", "isfinite", "nan_to_num",
     "maximum", "minimum", "fmax", "fmin", "arctan2", "atan2", "hypot", "logaddexp",
     "logaddexp2", "floor_divide", "remainder", "mod", "fmod", "clip", "clamp", "conj",
-    "conjugate", "real",
+    "conjugate", "real", "imag",
 ]
 
 _LN2 = math.log(2.0)
@@ -393,3 +394,10 @@ conjugate = conj
 def real(x):
     """Real part: the identity on the real dtypes tracegrad supports."""
     return conj(x)
+
+
+@implements(np.imag)
+def imag(x):
+    """Imaginary part: zeros on the real dtypes tracegrad supports."""
+    conj(x)  # refuses complex values
+    return zeros_like_value(x)

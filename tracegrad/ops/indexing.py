@@ -513,7 +513,6 @@ def nonzero(x):
     return bind(nonzero_p, x, ndim=len(shape_of(x)))
 
 
-@method("nonzero")
 def _nonzero_method(x, *, as_tuple=False):
     """torch's nonzero: an (n, ndim) index tensor, or a tuple with as_tuple=True."""
     idx = nonzero(x)

@@ -237,7 +237,6 @@ def _torch_extreme(x, dim, keepdim, other, axis, keepdims, values_fn, arg_fn, pa
     return pair(values_fn(x, axis=d, keepdims=k), arg_fn(x, axis=d, keepdims=k))
 
 
-@method("max")
 def _max_method(x, dim=None, keepdim=False, *, other=None, axis=None, keepdims=None, out=None):
     """torch's max: ``x.max()`` a value, ``x.max(dim)`` (values, indices),
     ``x.max(other)`` the elementwise maximum."""
@@ -245,7 +244,6 @@ def _max_method(x, dim=None, keepdim=False, *, other=None, axis=None, keepdims=N
                           return_types_max, maximum)
 
 
-@method("min")
 def _min_method(x, dim=None, keepdim=False, *, other=None, axis=None, keepdims=None, out=None):
     return _torch_extreme(x, dim, keepdim, other, axis, keepdims, amin, argmin,
                           return_types_min, minimum)
@@ -337,7 +335,6 @@ def std(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, dim=None,
                     correction=correction, unbiased=unbiased))
 
 
-@method("var")
 def _var_method(x, dim=None, unbiased=None, keepdim=False, *, correction=None, axis=None,
                 ddof=None, keepdims=None):
     """torch's var: unbiased (correction=1) unless told otherwise."""
@@ -346,7 +343,6 @@ def _var_method(x, dim=None, unbiased=None, keepdim=False, *, correction=None, a
     return _var(x, axis, dim, keepdims, keepdim, _correction(ddof, correction, unbiased, 1))
 
 
-@method("std")
 def _std_method(x, dim=None, unbiased=None, keepdim=False, *, correction=None, axis=None,
                 ddof=None, keepdims=None):
     return sqrt(_var_method(x, dim, unbiased, keepdim, correction=correction, axis=axis,

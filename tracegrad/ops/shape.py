@@ -190,7 +190,6 @@ argpartition_p = register(
 
 # --- the functional API --------------------------------------------------------------------
 
-@method("flatten")
 def flatten(x, start_dim=0, end_dim=-1):
     """torch's flatten: merge dims start_dim..end_dim (all by default)."""
     s = shape_of(x)
@@ -208,7 +207,7 @@ def flatten(x, start_dim=0, end_dim=-1):
 @method("ravel")
 @implements(np.ravel)
 def ravel(x, order="C"):
-    return reshape(x, (-1,))
+    return reshape(x, (-1,), order=order)
 
 
 @implements(np.squeeze)
@@ -226,7 +225,6 @@ def squeeze(x, axis=None, *, dim=None):
     return reshape(x, tuple(d for i, d in enumerate(s) if i not in axes))
 
 
-@method("squeeze")
 def _squeeze_method(x, dim=None, *, axis=None):
     """torch's squeeze: a dim whose size is not 1 is left alone."""
     s = shape_of(x)
@@ -371,7 +369,6 @@ def array_split(x, indices_or_sections, axis=0):
     return _split_at(x, tuple(indices_or_sections), axis)
 
 
-@method("split")
 def _split_method(x, split_size_or_sections, dim=0):
     """torch's split: pieces of one size (the last may be smaller) or of the given sizes."""
     dim = _norm_axis(dim, len(shape_of(x)), "dim")
@@ -484,7 +481,6 @@ def tile(x, reps):
 method("tile")(tile)
 
 
-@method("repeat")
 def _repeat_method(x, *sizes):
     """torch's repeat: tile, with at least as many sizes as dimensions."""
     if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)):
@@ -576,7 +572,6 @@ def sort(x, axis=-1, kind=None, order=None, *, stable=None):
 return_types_sort = collections.namedtuple("sort", ["values", "indices"])
 
 
-@method("sort")
 def _sort_method(x, dim=-1, descending=False, stable=False):
     """torch's sort: (values, indices)."""
     dim = _norm_axis(dim, len(shape_of(x)), "dim")
@@ -597,8 +592,7 @@ def argsort(x, axis=-1, kind=None, order=None, *, stable=None, dim=None, descend
     return bind(argsort_p, x, axis=_norm_axis(axis, len(shape_of(x))))
 
 
-method("argsort")(lambda x, dim=-1, descending=False, stable=False:
-                  argsort(x, dim, descending=descending))
+method("argsort")(argsort)   # NumPy's axis, kind, order and torch's dim, descending, stable
 
 
 @implements(np.argpartition)

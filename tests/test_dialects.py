@@ -1,0 +1,295 @@
+"""Two dialects: every name whose meaning differs between NumPy and torch,
+run on a traced value, an eager value and the reference library, comparing
+values, shapes, dtypes, returned structure and gradients."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+from tracegrad.tensor import NumpyTensor
+
+try:
+    import torch
+except ImportError:  # the torch column runs where torch is importable
+    torch = None
+
+rng = np.random.default_rng(7)
+X = rng.standard_normal((3, 4))
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRACEGRAD_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def _plain(v):
+    if isinstance(v, (tuple, list)):
+        return type(v), tuple(_plain(e) for e in v)
+    if hasattr(v, "grad_fn"):
+        v = v.detach().numpy() if v.requires_grad else v.numpy()
+    if hasattr(v, "numpy") and type(v).__module__.startswith("torch"):
+        v = v.detach().numpy()
+    return np.asarray(v) if not isinstance(v, (int, float, bool)) else v
+
+
+def _same(got, want, what):
+    if isinstance(want, tuple):
+        assert isinstance(got, tuple) and len(got) == len(want[1]), what
+        for g, w in zip(got[1], want[1]):
+            _same(g, w, what)
+        return
+    if isinstance(want, (int, bool)) and not isinstance(want, np.ndarray):
+        assert got == want and type(got) is type(want), what
+        return
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != {want.dtype}"
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, err_msg=what)
+
+
+# --- the NumPy face ------------------------------------------------------------------------
+
+def _sorted_in_place(x):
+    y = x * 1.0
+    r = y.sort(axis=1)
+    assert r is None
+    return y
+
+
+NUMPY_CASES = {
+    "std()": lambda x: x.std(),
+    "std(axis=0)": lambda x: x.std(axis=0),
+    "var(1, ddof=1)": lambda x: x.var(1, ddof=1),
+    "max(axis=1)": lambda x: x.max(axis=1),
+    "min(0, keepdims)": lambda x: x.min(0, keepdims=True),
+    "max()": lambda x: x.max(),
+    "x / size": lambda x: x / x.size,
+    "repeat(2, axis=0)": lambda x: x.repeat(2, axis=0),
+    "repeat(2)": lambda x: x.repeat(2),
+    "transpose()": lambda x: x.transpose(),
+    "transpose(1, 0)": lambda x: x.transpose(1, 0),
+    "transpose((1, 0))": lambda x: x.transpose((1, 0)),
+    "flatten()": lambda x: x.flatten(),
+    "flatten('F')": lambda x: x.flatten("F"),
+    "ravel('F')": lambda x: x.ravel("F"),
+    "reshape(order=F)": lambda x: x.reshape((6, 2), order="F"),
+    "np.reshape F": lambda x: np.reshape(x, (2, 6), order="F"),
+    "view()": lambda x: x.view() * 2,
+    "squeeze(0)": lambda x: x[None].squeeze(0),
+    "sort in place": _sorted_in_place,
+    "argsort(axis=0)": lambda x: x.argsort(axis=0),
+    "argmax(axis=1)": lambda x: x.argmax(axis=1),
+    "T": lambda x: x.T,
+    "real / imag": lambda x: x.real + x.imag,
+    "nbytes": lambda x: x.nbytes,
+    "itemsize": lambda x: x.itemsize,
+    "size": lambda x: x.size,
+    "ndim": lambda x: x.ndim,
+    "round(1)": lambda x: x.round(1),
+    "cumsum(axis=0)": lambda x: x.cumsum(axis=0),
+    "diagonal(1)": lambda x: x.diagonal(1),
+    "trace()": lambda x: x.trace(),
+    "take(axis=1)": lambda x: x.take([0, 2, 2], axis=1),
+    "clip": lambda x: x.clip(-0.5, 0.5),
+    "np.std": lambda x: np.std(x, axis=1),
+    "np.max": lambda x: np.max(x, axis=0),
+    "np.split": lambda x: np.split(x, 2, axis=1),
+    "np.transpose": lambda x: np.transpose(x, (1, 0)),
+}
+_NO_ARRAY = {"nbytes", "itemsize", "size", "ndim"}   # Python ints: nothing to trace
+
+
+@pytest.mark.parametrize("name", list(NUMPY_CASES))
+def test_numpy_face_values_traced_and_eager(name):
+    f = NUMPY_CASES[name]
+    want = _plain(f(X.copy()))
+    eager = f(NumpyTensor(X.copy(), requires_grad=True))
+    _same(_plain(eager), want, f"eager {name}")
+    if name not in _NO_ARRAY:
+        _same(_plain(tg.compile(f)(X.copy())), want, f"compiled {name}")
+
+
+@pytest.mark.parametrize("name", [n for n in NUMPY_CASES if n not in _NO_ARRAY
+                                  and n not in ("argsort(axis=0)", "argmax(axis=1)")])
+def test_numpy_face_gradients_compiled_eager_and_fd(name):
+    f = NUMPY_CASES[name]
+
+    def loss(x):
+        out = f(x)
+        outs = out if isinstance(out, (list, tuple)) else (out,)
+        return sum(np.sum(o * np.cos(np.arange(np.size(o)).reshape(np.shape(o)))) for o in outs)
+
+    g_compiled = tg.grad(loss)(X.copy())
+    g_eager = tg.grad(loss, compile=False)(X.copy())
+    np.testing.assert_allclose(g_eager, g_compiled, rtol=1e-12, atol=1e-12)
+    eps = 1e-6
+    fd = np.zeros_like(X)
+    for i in np.ndindex(X.shape):
+        d = np.zeros_like(X)
+        d[i] = eps
+        fd[i] = (loss(X + d) - loss(X - d)) / (2 * eps)
+    np.testing.assert_allclose(g_compiled, fd, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("call, advice", [
+    (lambda x: x.numel(), "x.size"), (lambda x: x.dim(), "x.ndim"),
+    (lambda x: x.split(2), "np.split"), (lambda x: x.view(np.int64), "astype"),
+])
+def test_numpy_face_names_it_cannot_honour_say_what_to_write(call, advice):
+    for value in (NumpyTensor(X.copy()),):
+        with pytest.raises((AttributeError, TypeError), match=advice):
+            call(value)
+    with pytest.raises((AttributeError, TypeError), match=advice):
+        tg.compile(call)(X.copy())
+
+
+def test_numpy_face_in_place_sort_through_a_view_is_refused():
+    def f(x):
+        y = x * 1.0
+        y[0].sort()
+        return y
+    with pytest.raises(tg.TraceError, match="shares memory"):
+        tg.compile(f)(X.copy())
+
+
+# --- the torch face ------------------------------------------------------------------------
+
+def _t(x):
+    return tg.tensor(x)
+
+
+TORCH_CASES = {
+    "std()": lambda m, t: t.std(),
+    "std(0)": lambda m, t: t.std(0),
+    "var(1, unbiased=False)": lambda m, t: t.var(1, unbiased=False),
+    "max()": lambda m, t: t.max(),
+    "max(1)": lambda m, t: t.max(1),
+    "min(0, keepdim)": lambda m, t: t.min(0, keepdim=True),
+    "repeat(2, 1)": lambda m, t: t.repeat(2, 1),
+    "transpose(0, 1)": lambda m, t: t.transpose(0, 1),
+    "flatten()": lambda m, t: t.flatten(),
+    "view(4, 3)": lambda m, t: t.view(4, 3),
+    "sort(1)": lambda m, t: t.sort(1),
+    "squeeze(0)": lambda m, t: t.squeeze(0),
+    "split(1, dim=1)": lambda m, t: m.split(t, 1, dim=1),
+    "split([1, 3], 1)": lambda m, t: t.split([1, 3], 1),
+    "m.std": lambda m, t: m.std(t),
+    "m.var(dim=0)": lambda m, t: m.var(t, dim=0),
+    "m.max(t, 1)": lambda m, t: m.max(t, 1),
+    "m.min(t, t * 0)": lambda m, t: m.min(t, t * 0),
+    "m.transpose": lambda m, t: m.transpose(t, 0, 1),
+    "m.sort": lambda m, t: m.sort(t, 0, descending=True),
+    "m.squeeze": lambda m, t: m.squeeze(t, 1),
+    "m.norm(t, 1)": lambda m, t: m.norm(t, 1),
+}
+TORCH_SIZES = {"size()": lambda t: t.size(), "size(1)": lambda t: t.size(1),
+               "numel()": lambda t: t.numel(), "dim()": lambda t: t.dim()}
+
+
+def _torch_plain(v):
+    if hasattr(v, "_fields"):            # a named tuple (values, indices)
+        return tuple, tuple(_torch_plain(e) for e in v)
+    if isinstance(v, (tuple, list)):
+        return tuple, tuple(_torch_plain(e) for e in v)
+    return _plain(v)
+
+
+@pytest.mark.parametrize("name", list(TORCH_CASES))
+def test_torch_face_eager_and_traced_agree(name):
+    f = TORCH_CASES[name]
+    eager = f(tg, _t(X.copy()))
+    traced = tg.compile(lambda t: f(tg, t))(_t(X.copy()))
+    _same_structure(_torch_plain(traced), _torch_plain(eager), name)
+
+
+def _same_structure(got, want, what):
+    if isinstance(want, tuple) and len(want) == 2 and want[0] is tuple:
+        assert isinstance(got, tuple) and got[0] is tuple and len(got[1]) == len(want[1]), what
+        for g, w in zip(got[1], want[1]):
+            _same_structure(g, w, what)
+        return
+    _same(got, want, what)
+
+
+@pytest.mark.skipif(torch is None, reason="torch is not importable here")
+@pytest.mark.parametrize("name", list(TORCH_CASES))
+def test_torch_face_matches_torch(name):
+    f = TORCH_CASES[name]
+    ours = _torch_plain(f(tg, _t(X.copy())))
+    theirs = _torch_plain(f(torch, torch.tensor(X.copy())))
+    _same_structure(ours, theirs, name)
+
+
+@pytest.mark.parametrize("name", list(TORCH_SIZES))
+def test_torch_face_sizes(name):
+    f = TORCH_SIZES[name]
+    want = {"size()": (3, 4), "size(1)": 4, "numel()": 12, "dim()": 2}[name]
+    assert tuple(f(_t(X))) == tuple(np.atleast_1d(want)) if name == "size()" else f(_t(X)) == want
+    if torch is not None:
+        got = f(torch.tensor(X))
+        assert (tuple(got) if name == "size()" else got) == want
+
+
+@pytest.mark.parametrize("name", [n for n in TORCH_CASES if "sort" not in n])
+def test_torch_face_gradients_eager_and_traced(name):
+    f = TORCH_CASES[name]
+
+    def loss(m, t):
+        out = f(m, t)
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        return sum((o * o).sum() for o in outs
+                   if (o.dtype.is_floating_point if m is torch else np.dtype(o.dtype).kind == "f"))
+
+    t = tg.tensor(X.copy(), requires_grad=True)
+    loss(tg, t).backward()
+    eager = t.grad.numpy()
+    compiled = tg.grad(lambda x: loss(tg, x))(tg.tensor(X.copy()))
+    np.testing.assert_allclose(_plain(compiled), eager, rtol=1e-12, atol=1e-12)
+    if torch is not None:
+        tt = torch.tensor(X.copy(), requires_grad=True)
+        loss(torch, tt).backward()
+        np.testing.assert_allclose(eager, tt.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_a_traced_value_takes_the_face_of_its_argument():
+    def f(x):
+        return x.std()
+    np.testing.assert_allclose(tg.compile(f)(X), X.std())                      # ndarray: NumPy
+    np.testing.assert_allclose(tg.compile(f)(_t(X)).numpy(), X.std(ddof=1))   # Tensor: torch
+
+
+def test_numpy_code_with_value_dependent_control_flow_differentiates_eagerly():
+    def newton_sqrt(a):
+        x = a
+        step = 1.0
+        while np.max(abs(step)) > 1e-13:
+            step = (x * x - a) / (2 * x)
+            x = x - step
+        return x
+
+    def f(x):
+        if x.sum() > 0:
+            return np.sum(np.sin(x) * x.std())
+        return np.sum(newton_sqrt(x * x + 1.0))
+
+    assert tg.grad(newton_sqrt, compile=False)(2.0) == pytest.approx(0.5 / np.sqrt(2), rel=1e-12)
+    for x in (np.array([0.3, 0.5, -0.1]), np.array([-0.3, -0.5, 0.1])):
+        g = tg.grad(f, compile=False)(x)
+        eps = 1e-6
+        fd = [(f(x + eps * e) - f(x - eps * e)) / (2 * eps) for e in np.eye(3)]
+        np.testing.assert_allclose(g, fd, rtol=1e-6)
+    with pytest.raises(tg.TraceError, match="compile=False"):
+        tg.grad(f)(np.array([0.3, 0.5, -0.1]))
+    v, g = tg.value_and_grad(f, compile=False)(np.array([0.3, 0.5, -0.1]))
+    assert v == pytest.approx(f(np.array([0.3, 0.5, -0.1])))
+    h = tg.hessian(lambda x: np.sum(np.sin(x) * x.max()), compile=False)(np.array([.3, .5, -.1]))
+    np.testing.assert_allclose(h, tg.hessian(lambda x: np.sum(np.sin(x) * x.max()))(
+        np.array([.3, .5, -.1])), rtol=1e-12)
+
+
+def test_eager_numpy_face_refuses_conversion_that_would_drop_the_gradient():
+    def f(x):
+        return np.sum(np.asarray(x) * x)
+    with pytest.raises(TypeError, match="cut off from the gradient"):
+        tg.grad(f, compile=False)(np.ones(3))

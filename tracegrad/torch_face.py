@@ -1,0 +1,89 @@
+"""The torch face: torch.Tensor's meaning for the methods whose meaning
+differs between NumPy and torch, and for the top-level functions
+(``import tracegrad as torch`` is the torch dialect).
+
+Eager Tensors speak torch, and so does a traced value that stands for a
+Tensor argument.  Differing names, torch's meaning:
+
+=======================  ======================================================
+``t.size(dim=None)``     a method: the shape, or one dimension's length
+``t.std/var(dim)``       unbiased (``correction=1``) unless told otherwise
+``t.max/min(dim)``       ``(values, indices)``; ``t.max(other)`` elementwise
+``t.repeat(*sizes)``     tiles the tensor
+``t.transpose(d0, d1)``  swaps two dimensions
+``t.flatten(s, e)``      merges dimensions ``s..e``
+``t.view(*shape)``       the same data in a new shape
+``t.sort(dim)``          ``(values, indices)``
+``t.split(size, dim)``   pieces of ``size`` (or of the given sizes)
+``t.nonzero()``          an ``(n, ndim)`` index tensor
+``t.squeeze(dim)``       leaves a dimension whose length is not 1 alone
+=======================  ======================================================
+
+The same names at the top level (``tg.std``, ``tg.max``, ``tg.split``,
+``tg.transpose``, ``tg.sort``, ``tg.nonzero``, ``tg.squeeze``, ``tg.norm``)
+have torch's signatures and meaning; ``np.*`` called on any value keeps
+NumPy's.
+"""
+from __future__ import annotations
+
+from tracegrad import ops
+from tracegrad.ops import indexing, linalg, reductions, shape
+from tracegrad.ops._define import face_method
+
+FACE = "torch"
+
+__all__ = ["std", "var", "max", "min", "sort", "split", "transpose", "nonzero", "squeeze",
+           "norm"]
+
+
+@face_method(FACE, "size")
+def size(t, dim=None):
+    return tuple(t.shape) if dim is None else t.shape[dim]
+
+
+@face_method(FACE, "dim", "ndimension")
+def dim(t):
+    return len(t.shape)
+
+
+@face_method(FACE, "numel")
+def numel(t):
+    return t.size_
+
+
+@face_method(FACE, "t")
+def t(t):
+    if len(t.shape) > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is "
+                           f"{len(t.shape)}D")
+    return ops.transpose(t)
+
+
+@face_method(FACE, "transpose")
+def transpose(input, dim0, dim1):
+    """torch.transpose: swap two dimensions."""
+    return ops.swapaxes(input, dim0, dim1)
+
+
+@face_method(FACE, "view")
+def view(t, *shape_or_dtype):
+    """Tensor.view(*shape): a new shape over the same data (view(dtype),
+    reinterpreting bytes, has no derivative)."""
+    if len(shape_or_dtype) == 1 and not isinstance(shape_or_dtype[0], (int, tuple, list)) \
+            and not hasattr(shape_or_dtype[0], "__index__"):
+        raise TypeError(f"view({shape_or_dtype[0]!r}) reinterprets the tensor's bytes as another "
+                        f"dtype, which tracegrad cannot differentiate; use .to(dtype)")
+    return ops.reshape(t, *shape_or_dtype)
+
+
+std = face_method(FACE, "std")(reductions._std_method)
+var = face_method(FACE, "var")(reductions._var_method)
+max = face_method(FACE, "max")(reductions._max_method)
+min = face_method(FACE, "min")(reductions._min_method)
+sort = face_method(FACE, "sort")(shape._sort_method)
+split = face_method(FACE, "split")(shape._split_method)
+nonzero = face_method(FACE, "nonzero")(indexing._nonzero_method)
+squeeze = face_method(FACE, "squeeze")(shape._squeeze_method)
+face_method(FACE, "repeat")(shape._repeat_method)
+face_method(FACE, "flatten")(shape.flatten)
+norm = linalg._norm_method   # torch.norm(input, p='fro', dim=None, keepdim=False)
