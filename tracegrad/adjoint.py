@@ -115,7 +115,7 @@ def backward_sweep(g, T, env, xs, ct_env, wrt, active=None):
     env: node -> replayed value; ct_env: node -> cotangent seeds (consumed).
     Returns one cotangent per ``wrt`` input (zeros where none flows)."""
     from tracegrad.ops import add
-    from tracegrad.tensor import vjp_apply
+    from tracegrad.ops.base import vjp_apply
 
     in_nodes = g.graph["inputs"]
     if active is None:

@@ -17,6 +17,7 @@ from tracegrad.autograd.grad_mode import state as _mode
 from tracegrad.autograd.profiler_state import _state as _prof_state
 from tracegrad.autograd.graph import AccumulateGrad, FREED_MSG, Node, _seq
 from tracegrad.ops._define import ArrayMethods
+from tracegrad.ops.base import resolve_dtype as _resolve_dtype, unbroadcast, vjp_apply
 from tracegrad.ops.random import is_tracing
 from tracegrad.primitives import Aval
 
@@ -885,7 +886,6 @@ class PrimNode(Node):
                     continue
                 m = metas[i]
                 if ct.shape != m.shape or ct.dtype != m.dtype:
-                    from tracegrad.ops.base import unbroadcast
                     ct = cts[i] = unbroadcast(ct, tuple(m.shape), m.dtype)
                 if not create_graph and type(ct) is not Tensor:
                     cts[i] = Tensor(ct if type(ct) is _ndarray else _asarray_like(ct))
@@ -913,37 +913,6 @@ class _Packed:
 
     def unpack(self):
         return self.unpack_hook(self.packed)
-
-
-def vjp_apply(prim, attrs, g, out, inputs, in_meta, needs):
-    """Run ``prim``'s vjp rule for the inputs in ``needs``; reduce each
-    cotangent to its input's shape and dtype.  Shared by the eager tape and
-    the adjoint pass on graphs."""
-    rule = prim.vjp
-    if rule is None:
-        raise NotImplementedError(
-            f"the primitive {prim.name!r} has no vjp rule, so it cannot be differentiated "
-            f"in reverse mode; wrap the computation in tg.autograd.Function with a "
-            f"hand-written backward, or detach() its input")
-    if type(rule) is tuple:
-        n = len(rule)
-        cts = []
-        for i, need in enumerate(needs):
-            r = rule[i] if need and i < n else None
-            cts.append(r(g, out, *inputs, **attrs) if r is not None else None)
-    else:
-        cts = list(rule(g, out, *inputs, **attrs))
-        for i, need in enumerate(needs):
-            if not need:
-                cts[i] = None
-    for i, ct in enumerate(cts):
-        if ct is not None:
-            meta = in_meta[i]
-            shape = tuple(meta.shape)
-            if tuple(ct.shape) != shape or ct.dtype != meta.dtype:
-                from tracegrad.ops.base import unbroadcast
-                cts[i] = unbroadcast(ct, shape, meta.dtype)
-    return cts
 
 
 def _view_chain(src, prim, attrs, rest):
@@ -1162,15 +1131,6 @@ primitives._eager_bind = eager_bind
 
 
 # --- constructors ---------------------------------------------------------------
-
-def _resolve_dtype(dtype):
-    if dtype is None:
-        return None
-    if isinstance(dtype, str) and dtype in ("float", "double", "half", "long", "int", "bool"):
-        dtype = {"float": "float32", "double": "float64", "half": "float16",
-                 "long": "int64", "int": "int32", "bool": "bool"}[dtype]
-    return np.dtype(dtype)
-
 
 def _xp_for(dev):
     if dev is None:

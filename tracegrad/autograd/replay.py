@@ -332,7 +332,7 @@ def _build(nodes, arrays, key, seed_given, targets):
     from tracegrad.cache import _exec_source
     from tracegrad.ops import add
     from tracegrad.primitives import Aval
-    from tracegrad.tensor import vjp_apply
+    from tracegrad.ops.base import vjp_apply
     from tracegrad.trace import Trace
 
     T = Trace("numpy")

@@ -113,6 +113,46 @@ def zeros_rule(g, out, *xs, **kw):
 
 # --- forward mode, shared by eager helpers and the compiler's tangent pass -----
 
+def vjp_apply(prim, attrs, g, out, inputs, in_meta, needs):
+    """Run ``prim``'s vjp rule for the inputs in ``needs``; reduce each
+    cotangent to its input's shape and dtype.  Shared by the eager tape and
+    the adjoint pass on graphs."""
+    rule = prim.vjp
+    if rule is None:
+        raise NotImplementedError(
+            f"the primitive {prim.name!r} has no vjp rule, so it cannot be differentiated "
+            f"in reverse mode; wrap the computation in tg.autograd.Function with a "
+            f"hand-written backward, or detach() its input")
+    if type(rule) is tuple:
+        n = len(rule)
+        cts = []
+        for i, need in enumerate(needs):
+            r = rule[i] if need and i < n else None
+            cts.append(r(g, out, *inputs, **attrs) if r is not None else None)
+    else:
+        cts = list(rule(g, out, *inputs, **attrs))
+        for i, need in enumerate(needs):
+            if not need:
+                cts[i] = None
+    for i, ct in enumerate(cts):
+        if ct is not None:
+            meta = in_meta[i]
+            shape = tuple(meta.shape)
+            if tuple(ct.shape) != shape or ct.dtype != meta.dtype:
+                cts[i] = unbroadcast(ct, shape, meta.dtype)
+    return cts
+
+
+def resolve_dtype(dtype):
+    """A dtype from NumPy's or torch's spelling ('float' is float32 there)."""
+    if dtype is None:
+        return None
+    if isinstance(dtype, str) and dtype in ("float", "double", "half", "long", "int", "bool"):
+        dtype = {"float": "float32", "double": "float64", "half": "float16",
+                 "long": "int64", "int": "int32", "bool": "bool"}[dtype]
+    return np.dtype(dtype)
+
+
 def jvp_apply(prim, attrs, tangents, out, inputs):
     """Tangent of ``prim``'s output(s) given one tangent per input (``None``
     where zero).
@@ -593,8 +633,7 @@ def _where_method(self, condition, other):
 
 
 def astype(x, dtype):
-    from tracegrad.tensor import _resolve_dtype
-    dtype = _resolve_dtype(dtype)
+    dtype = resolve_dtype(dtype)
     if getattr(x, "dtype", None) == dtype:
         return x
     return bind(astype_p, x, dtype=dtype.name)
