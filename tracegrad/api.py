@@ -479,14 +479,13 @@ class Compiled:
         self._check_wrt(kind, avals, wrt, names)
         parts = self._key_parts(kind, trace, avals, statics, backend, wrt)
         khash = cache.key_hash(parts)
-        ns = None if lower else cache.lookup(khash)
-        graph = None
-        if ns is None:
+        if lower:
             graph, source = _compile(kind, trace, wrt, names, self, parts, khash)
-            if lower:
-                return Lowered(graph, source, khash, parts, backend)
-            cache.explain_miss(parts["function"], parts)
-            ns = cache.store(khash, source, parts)
+            return Lowered(graph, source, khash, parts, backend)
+        from tracegrad import pipeline   # a build: the code generator loads here
+        ns = pipeline.load(khash, parts,
+                           lambda: _compile(kind, trace, wrt, names, self, parts, khash)[1],
+                           explain_as=parts["function"])
         n_out = len(trace.outputs)
         entry = _Entry(ns, out_tree, n_out, None, wrt, avals)
         entry.fns = ns[_FN_NAME[kind]]
@@ -670,26 +669,14 @@ def _inside_another_transform(leaves, kind):
 
 def _transform_graph(kind, trace, wrt):
     """Trace -> graph -> the transform's graph, optimised."""
-    from tracegrad import adjoint, ir, passes
-    g = ir.from_trace(trace)
-    passes.optimize(g)
-    wrt_leaves = [j for _, lo, hi in wrt for j in range(lo, hi)]
-    if kind in ("grad", "value_and_grad"):
-        g = adjoint.reverse(g, wrt_leaves, seed="ones")
-    elif kind == "jacrev":
-        g = adjoint.jacobian(g, wrt_leaves, mode="rev")
-    elif kind == "jacfwd":
-        g = adjoint.jacobian(g, wrt_leaves, mode="fwd")
-    elif kind == "hessian":
-        g = adjoint.hessian(g, wrt_leaves)
-    passes.optimize(g)
-    return g
+    from tracegrad import pipeline
+    return pipeline.transform(pipeline.graph_of(trace), kind,
+                              [j for _, lo, hi in wrt for j in range(lo, hi)])
 
 
 def _compile(kind, trace, wrt, names, compiled, parts, khash):
-    """Trace -> transformed graph -> NumPy source."""
-    from tracegrad import codegen
-    cache.count("compiles")
+    """Trace -> transformed graph -> source (NumPy, or the CUDA target's)."""
+    from tracegrad import pipeline
     g = _transform_graph(kind, trace, wrt)
     args = arg_names(names)
     fn = compiled.fn
@@ -704,14 +691,8 @@ def _compile(kind, trace, wrt, names, compiled, parts, khash):
            "jacrev": f"The Jacobian of {src} w.r.t. {_wrt_desc(wrt, names)} (reverse mode).",
            "jacfwd": f"The Jacobian of {src} w.r.t. {_wrt_desc(wrt, names)} (forward mode).",
            "hessian": f"The Hessian of {src} w.r.t. {_wrt_desc(wrt, names)}."}[kind]
-    # backend="cupy" (or CuPy arguments): the CUDA target prints a CuPy driver
-    # module with the same function names (tracegrad/codegen_cuda.py).
-    generate = codegen.generate_numpy
-    if parts.get("backend") == "cupy":
-        from tracegrad import codegen_cuda
-        generate = codegen_cuda.generate_driver
-    source = generate([(g, _FN_NAME[kind], args, doc)], source=src,
-                      transform=parts["transform"], key=khash)
+    source = pipeline.generate([(g, _FN_NAME[kind], args, doc)], parts.get("backend", "numpy"),
+                               source=src, transform=parts["transform"], key=khash)
     return g, source
 
 

@@ -321,8 +321,7 @@ def lower(target, transform, wrt, backend):
     decorator's ``.lower()``.  tg.vjp and tg.jvp have no ``.lower()``, so
     their graphs are derived here from the forward graph that ``.lower()``
     returns, with the same transforms tg.vjp/tg.jvp apply
-    (adjoint.reverse / adjoint.tangent, then the passes) and printed by the
-    same code generator."""
+    (tracegrad.pipeline.transform) and printed by the same code generator."""
     fn = target.bound()
     lowered = _lower(fn, target, transform, wrt, backend)
     # The generated docstring names the function's file; point it at the
@@ -348,29 +347,22 @@ def _lower(fn, target, transform, wrt, backend):
         make = {"grad": tg.value_and_grad, "value_and_grad": tg.value_and_grad,
                 "jacobian": tg.jacobian, "hessian": tg.hessian}[transform]
         return make(fn, argnums=argnums, backend=backend).lower(*xs)
-    from tracegrad import adjoint, cache, codegen, passes
+    from tracegrad import cache, pipeline
     fwd = tg.compile(fn, backend=backend).lower(*xs)
-    g = fwd.graph
-    n_out = len(g.graph["outputs"])
+    n_out = len(fwd.graph.graph["outputs"])
     names = list(target.dyn)
+    g2 = pipeline.transform(fwd.graph, transform, wrt)
     if transform == "vjp":
-        g2 = adjoint.reverse(g, list(wrt), seed="input", keep_outputs=True)
         names += ["ct"] if n_out == 1 else [f"ct_{i}" for i in range(n_out)]
         what = "outputs, then the cotangents of " + ", ".join(target.dyn[i] for i in wrt)
     else:
-        g2 = adjoint.tangent(g, list(wrt), keep_outputs=True)
         names += [f"t_{target.dyn[i]}" for i in wrt]
         what = "outputs, then their tangents"
-    passes.optimize(g2)
     parts = dict(fwd.key_parts, transform=transform, wrt=repr(list(wrt)))
     key = cache.key_hash(parts)
     src = fwd.key_parts.get("function", target.func_name)
-    generate = codegen.generate_numpy
-    if fwd.backend == "cupy":   # the CUDA target: a CuPy driver module, as the decorator's
-        from tracegrad import codegen_cuda
-        generate = codegen_cuda.generate_driver
-    source = generate(
-        [(g2, transform, names, f"The {transform} of {src}: the {what}.")],
+    source = pipeline.generate(
+        [(g2, transform, names, f"The {transform} of {src}: the {what}.")], fwd.backend,
         source=src, transform=transform, key=key)
     return Lowered(g2, source, key, parts, fwd.backend)
 

@@ -76,10 +76,8 @@ class GraphFunction:
     @classmethod
     def from_trace(cls, trace, names, name):
         def make():
-            from tracegrad import ir, passes
-            g = ir.from_trace(trace)
-            passes.optimize(g)
-            return g
+            from tracegrad import pipeline
+            return pipeline.graph_of(trace)
         gf = cls(trace.structure_hash(), make, name, len(trace.inputs), len(trace.outputs))
         gf.backend = trace.backend
         return gf
@@ -96,15 +94,11 @@ class GraphFunction:
                 "templates": templates_hash(), "transform": "graph", "backend": self.backend}
 
     def source(self):
-        from tracegrad import codegen
-        parts = self._parts()
-        generate = codegen.generate_numpy
-        if self.backend == "cupy":  # the CUDA target: same function name, run
-            from tracegrad import codegen_cuda
-            generate = codegen_cuda.generate_driver
-        return generate(
+        from tracegrad import pipeline
+        return pipeline.generate(
             [(self.graph, "run", arg_names(self.graph_arg_names()), f"{self.name}.")],
-            source=self.name, transform=self.key[:16], key=cache.key_hash(parts))
+            self.backend, source=self.name, transform=self.key[:16],
+            key=cache.key_hash(self._parts()))
 
     def graph_arg_names(self):
         g = self.graph
@@ -112,13 +106,9 @@ class GraphFunction:
 
     def fn(self):
         if self._fn is None:
+            from tracegrad import pipeline
             parts = self._parts()
-            khash = cache.key_hash(parts)
-            ns = cache.lookup(khash)
-            if ns is None:
-                cache.count("compiles")
-                ns = cache.store(khash, self.source(), parts)
-            self._fn = ns["run"]
+            self._fn = pipeline.load(cache.key_hash(parts), parts, self.source)["run"]
         return self._fn
 
     def run(self, *arrays):
@@ -134,26 +124,18 @@ class GraphFunction:
         gf = self._derived.get(what)
         if gf is not None:
             return gf
-        from tracegrad import adjoint, passes
-
-        def joint_graph(keep_outputs):
-            g = adjoint.reverse(self.graph, list(range(self.n_in)), seed="input",
-                                keep_outputs=keep_outputs)
-            passes.optimize(g)
-            return g
+        from tracegrad import pipeline
+        wrt = range(self.n_in)
 
         if what in ("vjp_fwd", "vjp_bwd"):
-            def make_split():
-                return adjoint.split(joint_graph(True), self.n_in, self.n_out)
             holder = {}
 
             def part(i):
                 def make():
                     if "split" not in holder:
-                        holder["split"] = make_split()
-                    g = holder["split"][i]
-                    passes.optimize(g)
-                    return g
+                        holder["split"] = pipeline.split(pipeline.transform(self.graph, "vjp", wrt),
+                                                         self.n_in, self.n_out)
+                    return holder["split"][i]
                 return make
             fwd = GraphFunction(self.key + "/vjp_fwd", part(0), self.name + " (forward)",
                                 self.n_in, None)
@@ -164,15 +146,12 @@ class GraphFunction:
             self._derived["vjp_bwd"] = bwd
             return self._derived[what]
         if what == "joint":
-            gf = GraphFunction(self.key + "/joint", lambda: joint_graph(False),
+            gf = GraphFunction(self.key + "/joint",
+                               lambda: pipeline.transform(self.graph, "joint", wrt),
                                self.name + " (vjp)", self.n_in + self.n_out, self.n_in)
         elif what == "jvp":
-            def make():
-                g = adjoint.tangent(self.graph, list(range(self.n_in)))
-                passes.optimize(g)
-                return g
-            gf = GraphFunction(self.key + "/jvp", make, self.name + " (jvp)", 2 * self.n_in,
-                               2 * self.n_out)
+            gf = GraphFunction(self.key + "/jvp", lambda: pipeline.transform(self.graph, "jvp", wrt),
+                               self.name + " (jvp)", 2 * self.n_in, 2 * self.n_out)
         else:
             raise ValueError(what)
         gf.backend = self.backend

@@ -68,27 +68,8 @@ def _graph_function(trace, what, func):
     wrt = list(range(n_in))
 
     def make():
-        from tracegrad import adjoint, ir, passes
-        g = passes.optimize(ir.from_trace(trace))
-        if what == "forward":
-            out = g
-        elif what in ("jacrev", "jacfwd"):
-            out = adjoint.jacobian(g, wrt, mode=what[3:])
-        elif what == "hessian":
-            out = adjoint.hessian(g, wrt)
-        elif what == "vjp":
-            out = adjoint.reverse(g, wrt, seed="input", keep_outputs=True)
-        elif what == "jvp":
-            out = adjoint.tangent(g, wrt, keep_outputs=True)
-        elif what == "vhp":      # v^T H: the vjp of the gradient graph
-            out = adjoint.reverse(adjoint.reverse(g, wrt, seed="ones", keep_outputs=False),
-                                  wrt, seed="input", keep_outputs=False)
-        elif what == "hvp":      # H v: forward mode over the gradient graph
-            out = adjoint.tangent(adjoint.reverse(g, wrt, seed="ones", keep_outputs=False),
-                                  wrt, keep_outputs=False)
-        else:
-            raise ValueError(what)
-        return passes.optimize(out)
+        from tracegrad import pipeline
+        return pipeline.transform(pipeline.graph_of(trace), what, wrt)
 
     name = f"{getattr(func, '__qualname__', 'func')} ({what})"
     # inputs and outputs of the transformed graph

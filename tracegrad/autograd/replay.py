@@ -326,7 +326,7 @@ def _build(nodes, arrays, key, seed_given, targets):
     Without targets every leaf reached gets its gradient; with them (the
     positions of autograd.grad's inputs) only those, and only the nodes on a
     path to one run, as in the interpreter."""
-    from tracegrad import codegen, ir, passes
+    from tracegrad import pipeline
     from tracegrad.adjoint import _const_tracer
     from tracegrad.graph_call import arg_names
     from tracegrad.cache import _exec_source
@@ -406,17 +406,15 @@ def _build(nodes, arrays, key, seed_given, targets):
                 cur = cts.get(j)
                 cts[j] = ct if cur is None else add(cur, ct)
         T.outputs = [T.operand(o) for o in outputs]
-        g = ir.from_trace(T)
-        passes.optimize(g, exact=True)
+        g = pipeline.graph_of(T, exact=True)
         fresh = tuple(_computed_here(g, v) for v in g.graph["outputs"])
         khash = hashlib.sha256(repr(key).encode()).hexdigest()[:32]
         doc = (f"Backward of an eager tape of {len(nodes)} nodes, replayed: "
                + ("the loss's cotangent and " if seed_given else "")
                + f"saved arrays in, the gradients of {len(leaves)} leaf tensors out"
                + ("." if seed_given else " (the loss's cotangent is ones)."))
-        source = codegen.generate_numpy([(g, "backward", arg_names(names), doc)],
-                                        source="eager tape", transform="backward replay",
-                                        key=khash)
+        source = pipeline.generate([(g, "backward", arg_names(names), doc)],
+                                   source="eager tape", transform="backward replay", key=khash)
         filename = f"<tracegrad backward replay {khash[:12]}>"
         fn = _exec_source(source, filename, khash)["backward"]
     except Exception as e:
