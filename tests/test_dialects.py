@@ -293,3 +293,26 @@ def test_eager_numpy_face_refuses_conversion_that_would_drop_the_gradient():
         return np.sum(np.asarray(x) * x)
     with pytest.raises(TypeError, match="cut off from the gradient"):
         tg.grad(f, compile=False)(np.ones(3))
+
+
+def test_vjp_and_jvp_without_compiling_match_the_compiled_ones():
+    def branchy(x, y):
+        if x.sum() > 0:
+            return np.sin(x) * y, x.max()
+        return x * y, x.min()
+
+    def straight(x, y):
+        return np.sin(x) * y, x.max()
+
+    x, y = np.array([.3, .5, -.1]), np.array([1., 2., 3.])
+    out, vjp_fn = tg.vjp(branchy, x, y, compile=False)
+    out_c, vjp_c = tg.vjp(straight, x, y)
+    ct = (np.linspace(0.5, 1.5, 3), 2.0)
+    for a, b in zip(vjp_fn(ct), vjp_c(ct)):
+        np.testing.assert_allclose(a, b, rtol=1e-13)
+    t = (np.array([1., -1., .5]), np.array([.2, 0., 1.]))
+    (o, to), (oc, tc) = tg.jvp(branchy, (x, y), t, compile=False), tg.jvp(straight, (x, y), t)
+    for a, b in zip(to, tc):
+        np.testing.assert_allclose(a, b, rtol=1e-13)
+    np.testing.assert_allclose(tg.jacobian(branchy, argnums=(0, 1), compile=False)(x, y)[0][1],
+                               tg.jacobian(straight, argnums=(0, 1))(x, y)[0][1], rtol=1e-13)

@@ -781,19 +781,107 @@ def _bind_statics(fn, primals, static_argnums, static_argnames, what):
     return with_statics, tuple(p for i, p in enumerate(primals) if i not in static), sorted(static)
 
 
-def vjp(fn, *primals, has_aux=False, backend=None, static_argnums=(), static_argnames=()):
+def vjp(fn, *primals, has_aux=False, backend=None, static_argnums=(), static_argnames=(),
+        compile=True):
     """``(outputs, vjp_fn)``: vjp_fn(cotangents) -> one cotangent per dynamic
-    primal (static ones, named by ``static_argnums``, get none)."""
+    primal (static ones, named by ``static_argnums``, get none).
+    compile=False: run ``fn`` eagerly (control flow may depend on values)."""
     from tracegrad import graph_call
     if isinstance(fn, Compiled) and fn.kind == "forward":
         fn = fn.fn
     f, dyn, _ = _bind_statics(fn, primals, static_argnums, static_argnames, "vjp")
+    if not compile:
+        return _eager_vjp(f, dyn, has_aux)
     return graph_call.vjp(f, dyn, has_aux, backend)
 
 
-def jvp(fn, primals, tangents, *, backend=None, static_argnums=(), static_argnames=()):
+def _eager_run(f, primals):
+    """f on NumPy-face eager values of the primals' leaves that record the
+    tape: (those values, output leaves, output tree)."""
+    from tracegrad.autograd import enable_grad
+    from tracegrad.tensor import NumpyTensor
+    leaves, tree = tree_flatten(tuple(primals))
+    xs = []
+    for x in leaves:
+        a = leaf_array(x, "primal")[0]
+        xs.append(NumpyTensor(np.array(a), requires_grad=a.dtype.kind in "fc"))
+    with enable_grad():
+        out = f(*tree_unflatten(tree, xs))
+    return xs, tree, out
+
+
+def _eager_cotangents(outs, xs, cts, create_graph=False):
+    """J^T ct for the output leaves ``outs`` (zeros where no path)."""
+    from tracegrad import autograd
+    from tracegrad.tensor import NumpyTensor
+    pairs = [(o, c if hasattr(c, "grad_fn") else
+              NumpyTensor(np.asarray(c, dtype=np.asarray(_plain(o)).dtype)))
+             for o, c in zip(outs, cts) if getattr(o, "requires_grad", False)]
+    wrt = [x for x in xs if x.requires_grad]
+    found = {}
+    if pairs and wrt:
+        gs = autograd.grad([o for o, _ in pairs], wrt, [c for _, c in pairs], retain_graph=True,
+                           allow_unused=True, create_graph=create_graph)
+        found = {id(x): g for x, g in zip(wrt, gs) if g is not None}
+    return [found[id(x)] if create_graph and id(x) in found else
+            _plain(found[id(x)]) if id(x) in found else np.zeros(x.shape, x.dtype) for x in xs]
+
+
+def _eager_vjp(f, primals, has_aux):
+    xs, in_tree, out = _eager_run(f, primals)
+    if has_aux:
+        out, aux = out
+    out_leaves, out_tree = tree_flatten(out)
+
+    def vjp_fn(ct):
+        ct_leaves, ct_tree = tree_flatten(ct)
+        if ct_tree != out_tree:
+            raise ValueError(f"vjp_fn expects cotangents shaped like the function's output "
+                             f"({len(out_leaves)} arrays), got {len(ct_leaves)}")
+        return tuple(tree_unflatten(in_tree, _eager_cotangents(out_leaves, xs, ct_leaves)))
+
+    plain = tree_unflatten(out_tree, [_plain(o) for o in out_leaves])
+    if has_aux:
+        return plain, vjp_fn, _plain_tree(aux)
+    return plain, vjp_fn
+
+
+def _plain_tree(x):
+    leaves, tree = tree_flatten(x)
+    return tree_unflatten(tree, [_plain(v) for v in leaves])
+
+
+def _eager_jvp(f, primals, tangents):
+    """Forward mode on the tape: J t is the vjp of the vjp (the cotangent
+    u enters J^T u linearly, so d/du <J^T u, t> = J t)."""
+    from tracegrad import autograd
+    from tracegrad.tensor import NumpyTensor
+    xs, in_tree, out = _eager_run(f, primals)
+    out_leaves, out_tree = tree_flatten(out)
+    t_leaves, t_tree = tree_flatten(tuple(tangents))
+    if t_tree != in_tree:
+        raise ValueError("jvp: tangents must have the same structure as primals")
+    us = [NumpyTensor(np.zeros(np.shape(_plain(o)), np.asarray(_plain(o)).dtype),
+                      requires_grad=True) for o in out_leaves]
+    gs = _eager_cotangents(out_leaves, xs, us, create_graph=True)
+    total = None
+    for g, t in zip(gs, t_leaves):
+        if getattr(g, "requires_grad", False):
+            term = (g * np.asarray(t, dtype=g.dtype)).sum()
+            total = term if total is None else total + term
+    if total is None:
+        tans = [np.zeros(np.shape(_plain(o)), np.asarray(_plain(o)).dtype) for o in out_leaves]
+    else:
+        jt = autograd.grad(total, us, allow_unused=True)
+        tans = [np.zeros(u.shape, u.dtype) if j is None else _plain(j) for j, u in zip(jt, us)]
+    return (tree_unflatten(out_tree, [_plain(o) for o in out_leaves]),
+            tree_unflatten(out_tree, tans))
+
+
+def jvp(fn, primals, tangents, *, backend=None, static_argnums=(), static_argnames=(),
+        compile=True):
     """``(outputs, output_tangents)`` by forward mode; ``tangents`` has one
-    entry per dynamic primal."""
+    entry per dynamic primal.  compile=False: run ``fn`` eagerly."""
     from tracegrad import graph_call
     if isinstance(fn, Compiled) and fn.kind == "forward":
         fn = fn.fn
@@ -803,4 +891,6 @@ def jvp(fn, primals, tangents, *, backend=None, static_argnums=(), static_argnam
                             f"with one entry per argument of f, got a {type(v).__name__}; "
                             f"for one argument write tg.jvp(f, (x,), (t,))")
     f, dyn, _ = _bind_statics(fn, tuple(primals), static_argnums, static_argnames, "jvp")
+    if not compile:
+        return _eager_jvp(f, dyn, tangents)
     return graph_call.jvp(f, dyn, tangents, backend)
