@@ -182,6 +182,12 @@ TORCH_CASES = {
     "m.sort": lambda m, t: m.sort(t, 0, descending=True),
     "m.squeeze": lambda m, t: m.squeeze(t, 1),
     "m.norm(t, 1)": lambda m, t: m.norm(t, 1),
+    "topk(2)": lambda m, t: t.topk(2),
+    "topk(2, 0, largest=False)": lambda m, t: m.topk(t, 2, 0, largest=False),
+    "kthvalue(2, 1)": lambda m, t: t.kthvalue(2, 1),
+    "median()": lambda m, t: t.median(),
+    "median(0)": lambda m, t: m.median(t, 0),
+    "median(1, keepdim)": lambda m, t: t.median(1, keepdim=True),
 }
 TORCH_SIZES = {"size()": lambda t: t.size(), "size(1)": lambda t: t.size(1),
                "numel()": lambda t: t.numel(), "dim()": lambda t: t.dim()}

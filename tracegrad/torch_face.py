@@ -17,14 +17,18 @@ Tensor argument.  Differing names, torch's meaning:
 ``t.split(size, dim)``   pieces of ``size`` (or of the given sizes)
 ``t.nonzero()``          an ``(n, ndim)`` index tensor
 ``t.squeeze(dim)``       leaves a dimension whose length is not 1 alone
+``t.median/topk/...``    ``(values, indices)``; ``median()`` the lower middle
 =======================  ======================================================
 
 The same names at the top level (``tg.std``, ``tg.max``, ``tg.split``,
-``tg.transpose``, ``tg.sort``, ``tg.nonzero``, ``tg.squeeze``, ``tg.norm``)
+``tg.transpose``, ``tg.sort``, ``tg.nonzero``, ``tg.squeeze``, ``tg.norm``,
+``tg.topk``, ``tg.kthvalue``, ``tg.median``)
 have torch's signatures and meaning; ``np.*`` called on any value keeps
 NumPy's.
 """
 from __future__ import annotations
+
+import collections
 
 from tracegrad import ops
 from tracegrad.ops import indexing, linalg, reductions, shape
@@ -33,7 +37,7 @@ from tracegrad.ops._define import face_method
 FACE = "torch"
 
 __all__ = ["std", "var", "max", "min", "sort", "split", "transpose", "nonzero", "squeeze",
-           "norm"]
+           "norm", "topk", "kthvalue", "median"]
 
 
 @face_method(FACE, "size")
@@ -87,3 +91,42 @@ squeeze = face_method(FACE, "squeeze")(shape._squeeze_method)
 face_method(FACE, "repeat")(shape._repeat_method)
 face_method(FACE, "flatten")(shape.flatten)
 norm = linalg._norm_method   # torch.norm(input, p='fro', dim=None, keepdim=False)
+
+_topk = collections.namedtuple("topk", ["values", "indices"])
+_kthvalue = collections.namedtuple("kthvalue", ["values", "indices"])
+_median = collections.namedtuple("median", ["values", "indices"])
+
+
+def _pick(t, order, positions, dim):
+    """(values, indices) of the elements at ``positions`` of ``order`` (an
+    argsort along ``dim``); the values carry the gradient."""
+    idx = ops.take(order, positions, axis=dim)
+    return ops.take_along_axis(t, idx, axis=dim), idx
+
+
+@face_method(FACE, "topk")
+def topk(input, k, dim=-1, largest=True, sorted=True):
+    """The k largest (or smallest) elements along ``dim``, largest first."""
+    order = ops.argsort(input, axis=dim, descending=largest)
+    return _topk(*_pick(input, order, list(range(k)), dim))
+
+
+@face_method(FACE, "kthvalue")
+def kthvalue(input, k, dim=-1, keepdim=False):
+    """The k-th smallest element along ``dim`` (k counts from 1)."""
+    values, indices = _pick(input, ops.argsort(input, axis=dim), [k - 1], dim)
+    if not keepdim:
+        values, indices = ops.squeeze(values, dim), ops.squeeze(indices, dim)
+    return _kthvalue(values, indices)
+
+
+@face_method(FACE, "median")
+def median(input, dim=None, keepdim=False):
+    """torch's median: the lower of the two middle values (no average);
+    with ``dim``, (values, indices)."""
+    if dim is None:
+        flat = ops.reshape(input, (-1,))
+        return kthvalue(flat, (flat.shape[0] + 1) // 2, 0).values
+    n = input.shape[dim]
+    values, indices = kthvalue(input, (n + 1) // 2, dim, keepdim)
+    return _median(values, indices)
