@@ -288,6 +288,18 @@ CASES += [
          {"axis": 1, "delta": 6, "step": 3}, id="dynamic_update_slice-broadcast-step3"),
 ]
 
+# tracegrad/ops/numpy_functions.py: copysign (x2 only gives a sign: its
+# gradient is zero) and searchsorted (no gradient).
+CASES += [
+    Case("copysign", [A(3, 4), A(3, 4)]),
+    Case("copysign", [A(3, 1), Const(np.array([1.0, -0.0, -2.0, 0.0]))],
+         id="copysign-signed-zero", f32=False),  # the float64 constant promotes
+    Case("searchsorted", [Const(np.array([0.0, 1.0, 1.0, 3.0])),
+                          Const(np.array([[-1.0, 1.0], [2.0, 5.0]]))], {"side": "right"}),
+    Case("searchsorted", [Const(np.array([0.0, 1.0, 1.0, 3.0])), Const(1.0)], {"side": "left"},
+         id="searchsorted-scalar"),
+]
+
 
 # --- helpers ---------------------------------------------------------------------------------
 

@@ -9,10 +9,11 @@ import sys as _sys
 import types as _types
 
 from tracegrad.ops import (_define, base, elementwise, reductions, shape, indexing, linalg, nn,
-                           custom, devices, random)
+                           custom, devices, random, numpy_functions)
 
 __all__ = ["linalg"]
-for _mod in (base, elementwise, reductions, shape, indexing, linalg, nn, custom, devices, random):
+for _mod in (base, elementwise, reductions, shape, indexing, linalg, nn, custom, devices, random,
+             numpy_functions):
     _names = getattr(_mod, "__all__", None)
     if _names is None:  # base: the functions it defines, not what it imports
         _names = [k for k, v in vars(_mod).items() if not k.startswith("_")

@@ -111,7 +111,7 @@ class ArrayMethods:
     # NumPy protocols: np.sin(t), np.sum(t, axis=0), ndarray @ t.
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         if method != "__call__":
-            return NotImplemented if method != "reduce" else _reduce_ufunc(ufunc, inputs, kwargs)
+            return _reduce_ufunc(ufunc, method, inputs, kwargs)
         fn = NUMPY_FUNCTIONS.get(ufunc)
         if fn is None:
             raise NotImplementedError(
@@ -134,14 +134,10 @@ class ArrayMethods:
         return fn(*args, **kwargs)
 
 
-def _reduce_ufunc(ufunc, inputs, kwargs):
-    # np.add.reduce(t, axis) and friends
-    table = {np.add: "sum", np.multiply: "prod", np.maximum: "max", np.minimum: "min"}
-    name = table.get(ufunc)
-    if name is None:
-        raise NotImplementedError(f"np.{ufunc.__name__}.reduce is not supported by tracegrad")
-    kwargs.pop("out", None)
-    return getattr(_ops, name)(inputs[0], **kwargs)
+def _reduce_ufunc(ufunc, method, inputs, kwargs):
+    # np.add.reduce(t, axis), np.multiply.accumulate, np.maximum.outer,
+    # np.add.reduceat, np.add.at: they live with the NumPy functions
+    return _ops.numpy_functions.ufunc_method(ufunc, method, inputs, kwargs)
 
 
 def method(*names):
