@@ -122,6 +122,10 @@ CASES = {
     "einsum-sublist-ellipsis": (lambda x: np.einsum(x, [Ellipsis, 0], [Ellipsis]), X3),
     "eigh-U-values": (lambda a: np.linalg.eigh(a + a.T, UPLO="U")[0], SQ),
     "eigh-U-vec-squares": (lambda a: np.linalg.eigh(a + a.T, UPLO="U")[1] ** 2, SQ),
+    "eigvalsh": (lambda a: np.linalg.eigvalsh(a + a.T), SQ),
+    "eigvalsh-U": (lambda a: np.linalg.eigvalsh(a + a.T, UPLO="U"), SQ),
+    "ptp": (lambda x: np.ptp(x, axis=1), X2),
+    "ptp-keepdims": (lambda x: np.ptp(x, axis=(0, 2), keepdims=True), X3),
     # shapes
     "rollaxis": (lambda x: np.rollaxis(x, 2), X3),
     "rollaxis-start": (lambda x: np.rollaxis(x, 0, 3), X3),
@@ -463,6 +467,11 @@ def test_ufunc_methods_of_non_binary_or_unknown_ufuncs_are_errors():
 def test_reduce_where_without_identity_needs_initial():
     _traced_error(lambda x: np.maximum.reduce(x, axis=0, where=x > 0), X2, exc=ValueError,
                   match="initial")
+
+
+def test_eig_of_a_general_matrix_points_to_eigh():
+    _traced_error(lambda a: np.linalg.eig(a)[0], SQ, exc=TypeError, match="eigvalsh")
+    _traced_error(lambda a: np.linalg.eigvals(a), SQ, exc=TypeError, match="complex")
 
 
 def test_unsupported_pad_mode_is_an_error():

@@ -195,6 +195,26 @@ def eigh(a, UPLO="L"):
     return _linalg.eigh(swapaxes(a, -1, -2) if UPLO == "U" else a)
 
 
+@implements(np.linalg.eigvalsh)
+def eigvalsh(a, UPLO="L"):
+    """Eigenvalues of a symmetric matrix, ascending (eigh's first output)."""
+    return eigh(a, UPLO)[0]
+
+
+@implements(np.linalg.eig, np.linalg.eigvals)
+def eig(a):
+    raise TypeError("np.linalg.eig/eigvals: the eigenvalues of a general matrix are complex, "
+                    "and tracegrad has no complex values; for a symmetric matrix use "
+                    "np.linalg.eigh or np.linalg.eigvalsh")
+
+
+@implements(np.ptp)
+def ptp(a, axis=None, out=None, keepdims=False):
+    """Peak to peak: max - min along the axis (the gradient goes to both)."""
+    _no_out("ptp", out)
+    return sub(amax(a, axis=axis, keepdims=keepdims), amin(a, axis=axis, keepdims=keepdims))
+
+
 # --- shapes: joining and splitting ------------------------------------------------------------
 
 @implements(np.rollaxis)
