@@ -9,6 +9,7 @@ Every function of the corpus below is compiled for the CUDA target and
   against a NumPy-backed CuPy stand-in) and must match the NumPy target;
 * with CuPy and a GPU present, the same corpus runs for real.
 """
+import ast
 import os
 import shutil
 import subprocess
@@ -326,9 +327,17 @@ def test_literals():
 
 
 def test_user_text_cannot_break_out_of_comments_or_strings():
-    assert "\\" not in codegen_cuda._comment_text("a \\\n b")
-    assert "'''" not in codegen_cuda._comment_text("x = '''")
-    assert codegen_cuda._py_string("a\\b").startswith("'")
+    # user text in CUDA comments goes through codegen.safe_text (the
+    # templates' filter): no line break, no trailing backslash to continue
+    # a // comment, no triple quote; tests/test_injection.py fuzzes it
+    from tracegrad.codegen import safe_text
+    for text in ("a \\\n b", "x = '''", "ends with \\"):
+        s = safe_text(text)
+        assert len(s.splitlines()) == 1 and not s.endswith("\\") and "'''" not in s
+    # the translation unit embedded in the driver: exact, raw where it can be
+    for tu in ("a\\b", "a\\'''b", "ends \\", "x = '''"):
+        assert ast.literal_eval(codegen_cuda._py_string(tu)) == tu
+    assert codegen_cuda._py_string("a\\b").startswith("r'''")
 
 
 # --- (a) nvcc compiles every kernel of the corpus ---------------------------------------

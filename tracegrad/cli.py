@@ -27,11 +27,13 @@ import inspect
 import keyword
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import textwrap
 import traceback
+import unicodedata
 
 import numpy as np
 
@@ -95,25 +97,48 @@ def parse_arg_spec(spec):
     return name, dtype, tuple(shape)
 
 
+# What a --static value may be: a plain literal, so that it can reach the
+# generated module only as its repr() (and the cache key only as itself).
+_PLAIN = (str, bytes, int, float, complex, bool, type(None))
+
+
+def _is_plain_literal(value):
+    if isinstance(value, tuple):
+        return all(_is_plain_literal(v) for v in value)
+    return type(value) in _PLAIN
+
+
 def parse_static(spec):
-    """``'n=3'`` -> ``('n', 3)``: the value is a Python literal."""
+    """``'n=3'`` -> ``('n', 3)``: the value is a plain Python literal (a
+    number, a string or bytes in quotes, True/False/None, or a tuple of
+    these), read with ``ast.literal_eval``, never evaluated."""
     name, eq, text = spec.partition("=")
     name = name.strip()
+    text = text.strip()
     if not eq or not name.isidentifier():
         raise CLIError(f"--static {spec!r} does not parse: write NAME=VALUE with a Python "
                        f"literal value, for example --static n_steps=100 or --static mode=\"'tanh'\".")
+    # the same text spelled as a Python string, quoted for the shell: in
+    # double quotes where that needs no escapes, as most strings do
+    as_string = f"{name}={text!r}"
+    as_string = f'"{as_string}"' if not set('"$`\\!') & set(as_string) else shlex.quote(as_string)
     try:
-        value = ast.literal_eval(text.strip())
-    except (ValueError, SyntaxError):
+        value = ast.literal_eval(text)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        # literal_eval raises these for text that is not a literal (TypeError
+        # for an unhashable dict key, RecursionError for deep nesting)
         raise CLIError(
-            f"--static {spec!r}: {text.strip()!r} is not a Python literal (number, string in "
-            f"quotes, True/False/None, or a tuple of these). A string needs its own quotes "
-            f"inside the shell's: --static {name}=\"'{text.strip()}'\".") from None
-    try:
-        hash(value)
-    except TypeError:
-        raise CLIError(f"--static {spec!r}: static values are part of the cache key and must be "
-                       f"hashable; write a tuple (1, 2) instead of a list [1, 2].") from None
+            f"--static {spec!r}: {text!r} is not a Python literal (a number, a string in "
+            f"quotes, True/False/None, or a tuple of these), for example --static {name}=3 or "
+            f"--static {name}=\"'tanh'\". To pass this text as a string, write "
+            f"--static {as_string}.") from None
+    if not _is_plain_literal(value):
+        kind = type(value).__name__
+        raise CLIError(
+            f"--static {spec!r}: {text!r} is a {kind}; a static value must be a number, a "
+            f"string, bytes, True/False/None or a tuple of these (it is part of the cache "
+            f"key and is written into the generated module), for example --static {name}=(1, 2) "
+            f"instead of a list [1, 2].")
     return name, value
 
 
@@ -329,7 +354,9 @@ def lower(target, transform, wrt, backend):
     try:
         ours = f"({inspect.getsourcefile(fn)}:{inspect.getsourcelines(fn)[1]})"
         theirs = f"({inspect.getsourcefile(target.fn)}:{inspect.getsourcelines(target.fn)[1]})"
-        lowered.source = lowered.source.replace(ours, theirs)
+        # as the generated source spells them: through the code generator's escaping
+        from tracegrad.codegen import safe_text
+        lowered.source = lowered.source.replace(safe_text(ours), safe_text(theirs))
     except (TypeError, OSError):
         pass
     return lowered
@@ -421,6 +448,12 @@ def _tree_code(tree, leaves):
         if kind == "list":
             return "[" + ", ".join(rec(e) for e in d[1]) + "]"
         if kind == "dict":
+            for k in d[1]:
+                if not _is_plain_literal(k):
+                    raise CLIError(
+                        f"the function returns a dict with the key {k!r} of type "
+                        f"{type(k).__name__}; the standalone module rebuilds dicts whose keys "
+                        f"are strings, numbers, bytes, True/False/None or tuples of these.")
             return "{" + ", ".join(f"{k!r}: {rec(e)}" for k, e in zip(d[1], d[2])) + "}"
         raise ValueError(kind)
 
@@ -482,8 +515,25 @@ def _spec(dtype, shape):
 '''
 
 
+def _fresh(names, taken):
+    """``names`` made distinct from ``taken`` and from each other."""
+    from tracegrad.codegen import identifier
+    out = []
+    for n in names:
+        out.append(identifier(n, set(taken) | set(out)))
+    return out
+
+
+def _wrapper_globals(kernel):
+    """The module-level names the public function reads."""
+    return {kernel, "_check", "_spec", "_ARGS", "_SPECS"} | _RESERVED
+
+
 def standalone_module(target, transform, wrt, backend, lowered, public_name, command):
-    """Source of the standalone module for ``lowered``."""
+    """Source of the standalone module for ``lowered``.  User text reaches it
+    as identifiers (checked), through repr() of plain literals, or escaped
+    by ``codegen.safe_text`` in the docstrings."""
+    from tracegrad.codegen import safe_text
     source = lowered.source
     inner = {"forward": "forward", "grad": "value_and_grad", "value_and_grad": "value_and_grad",
              "jacobian": "jacobian", "hessian": "hessian"}.get(transform, transform)
@@ -493,8 +543,9 @@ def standalone_module(target, transform, wrt, backend, lowered, public_name, com
     defs = list(re.finditer(r"^def (\w+)\(", source, re.M))
     kernel = f"_{public_name}_{transform}"
     top_names = {d.group(1) for d in defs} | set(re.findall(r"^(_c\d+) =", source, re.M))
-    if public_name in top_names | _RESERVED | {kernel, "_check", "_spec", "_ARGS"} \
-            or not public_name.isidentifier() or keyword.iskeyword(public_name):
+    if public_name in top_names | _wrapper_globals(kernel) \
+            or not public_name.isidentifier() or keyword.iskeyword(public_name) \
+            or unicodedata.normalize("NFKC", public_name) != public_name:  # 𝐧𝐩 is np
         raise CLIError(f"the function name {public_name!r} is not a usable name in the generated "
                        f"module; choose another with --name.")
     source = source[:found.start()] + f"def {kernel}(" + source[found.end():]
@@ -514,7 +565,7 @@ def standalone_module(target, transform, wrt, backend, lowered, public_name, com
     # what the public function returns, from the kernel's flat outputs `r`
     if transform == "forward":
         ret = _tree_code(out_tree, [f"r[{i}]" for i in range(n_out)])
-        returns = f"what {target.func_name} returns"
+        returns = f"what {safe_text(target.func_name)} returns"
     elif transform in ("grad", "value_and_grad"):
         value = _tree_code(out_tree, ["r[0]"])
         grads = _group([f"r[{1 + i}]" for i in range(k)])
@@ -538,7 +589,7 @@ def standalone_module(target, transform, wrt, backend, lowered, public_name, com
                        f"over {', '.join(wrt_names)}, row i column j = d2f/d(arg i)d(arg j)")
     elif transform == "vjp":
         n_prim = n_out - k
-        ct_names = ["ct"] if n_prim == 1 else [f"ct_{i}" for i in range(n_prim)]
+        ct_names = _fresh(["ct"] if n_prim == 1 else [f"ct_{i}" for i in range(n_prim)], params)
         params += ct_names
         value = _tree_code(out_tree, [f"r[{i}]" for i in range(n_prim)])
         cts = "(" + ", ".join(f"r[{n_prim + i}]" for i in range(k)) + ("," if k == 1 else "") + ")"
@@ -548,12 +599,13 @@ def standalone_module(target, transform, wrt, backend, lowered, public_name, com
                    f"{', '.join(ct_names)}")
     elif transform == "jvp":
         n_prim = n_out // 2
-        params += [f"t_{n}" for n in wrt_names]
+        t_names = _fresh([f"t_{n}" for n in wrt_names], params)
+        params += t_names
         value = _tree_code(out_tree, [f"r[{i}]" for i in range(n_prim)])
         tang = _tree_code(out_tree, [f"r[{n_prim + i}]" for i in range(n_prim)])
         ret = f"({value}, {tang})"
         returns = (f"(value, tangent): the output and its directional derivative along "
-                   f"{', '.join('t_' + n for n in wrt_names)}")
+                   f"{', '.join(t_names)}")
     else:
         raise ValueError(transform)
 
@@ -565,9 +617,17 @@ def standalone_module(target, transform, wrt, backend, lowered, public_name, com
     elif transform == "jvp":
         specs += [target.specs[i] for i in wrt]
 
+    for p in params:  # they are the signature's names; never anything else
+        if not p.isidentifier() or keyword.iskeyword(p) or p in _wrapper_globals(kernel):
+            raise CLIError(f"the argument name {p!r} is not usable in the generated module "
+                           f"(it would shadow {p!r} there); rename it in {target.func_name}.")
     desc = TRANSFORMS[transform][0]
     wrt_txt = f" with respect to {', '.join(wrt_names)}" if transform != "forward" else ""
-    statics = ", ".join(f"{n}={v!r}" for n, v in target.statics.items())
+    # user text reaches the docstrings only through safe_text: the function's
+    # name (any attribute name), the file, the command line, static values
+    fname, where = safe_text(target.func_name), safe_text(target.where)
+    statics = safe_text(", ".join(f"{n}={v!r}" for n, v in target.statics.items()))
+    command = safe_text(command)
     lib = "CuPy" if backend == "cupy" else "NumPy"
     try:
         line = f", line {inspect.getsourcelines(target.fn)[1]}"
@@ -575,10 +635,10 @@ def standalone_module(target, transform, wrt, backend, lowered, public_name, com
         line = ""
     arg_lines = "\n".join(f"    {n:<12} {spec_str(*s)}" for n, s in zip(params, specs))
     call = f"{public_name}({', '.join(params)})"
-    head = f'''"""{public_name}: {desc} {target.func_name}{wrt_txt}.
+    head = f'''"""{public_name}: {desc} {fname}{wrt_txt}.
 
 Generated by tracegrad {__version__} (`tracegrad compile`) from
-{target.where}:{target.func_name}{line}, transform --{transform.replace("_", "-")}.
+{where}:{fname}{line}, transform --{transform.replace("_", "-")}.
 Standalone: it needs {lib} only, not tracegrad. Regenerate it rather than edit it:
 
     {command}
@@ -593,10 +653,11 @@ Arguments (checked on every call; a wrong shape or dtype raises ValueError):
 {"Static values baked in: " + statics + chr(10) if statics else ""}Returns {returns}.
 """
 '''
-    doc = textwrap.fill(f"{desc[0].upper() + desc[1:]} {target.func_name}"
+    # never split a word, so an escape (\n, \") stays whole
+    doc = textwrap.fill(f"{desc[0].upper() + desc[1:]} {fname}"
                         f"({', '.join(dyn)}){wrt_txt}, generated by tracegrad {__version__} "
-                        f"from {target.where}. Returns {returns}.", 76,
-                        subsequent_indent="    ")
+                        f"from {where}. Returns {returns}.", 76,
+                        subsequent_indent="    ", break_long_words=False, break_on_hyphens=False)
     spec_tuple = "(" + ", ".join(f"({xp}.dtype({s[0].name!r}), {tuple(s[1])!r})" for s in specs) \
         + ("," if len(specs) == 1 else "") + ")"
     names_tuple = "(" + ", ".join(repr(p) for p in params) + ("," if len(params) == 1 else "") + ")"
@@ -633,7 +694,8 @@ def cmd_compile(a):
     command = "tracegrad compile " + " ".join(_quote(x) for x in a.argv)
     text = standalone_module(target, a.transform, wrt, a.backend, lowered, name, command)
     module_name = "OUT" if a.output == "-" else os.path.splitext(os.path.basename(a.output))[0]
-    text = text.replace("from {module} import", f"from {module_name} import", 1)
+    from tracegrad.codegen import safe_text   # the output's name is user text too
+    text = text.replace("from {module} import", f"from {safe_text(module_name)} import", 1)
     compile(text, a.output, "exec")  # never write a module that does not parse
     if a.output == "-":
         sys.stdout.write(text)
@@ -643,6 +705,9 @@ def cmd_compile(a):
                 f.write(text)
         except OSError as e:
             raise CLIError(f"cannot write {a.output}: {e.strerror}.") from None
+        except UnicodeEncodeError:   # a name the file system cannot spell
+            raise CLIError(f"cannot write {a.output!r}: the file system cannot encode that "
+                           f"name; choose another -o.") from None
         print(f"wrote {a.output}: {name}({', '.join(_params_of(text, name))}) computes "
               f"{TRANSFORMS[a.transform][0]} {target.func_name}", file=sys.stderr)
     return 0

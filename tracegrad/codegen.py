@@ -14,12 +14,14 @@ of arrays.
 from __future__ import annotations
 
 import base64
+import builtins
 import hashlib
 import inspect
 import keyword
 import math
 import os
 import re
+import unicodedata
 
 import numpy as np
 
@@ -42,21 +44,92 @@ def _jinja():
         _env = jinja2.Environment(loader=jinja2.FileSystemLoader(template_dir()),
                                   trim_blocks=True, lstrip_blocks=True,
                                   keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+        # the templates pass every user-derived string (names, docstrings,
+        # quoted source lines) through this filter: see safe_text
+        _env.filters["safe_text"] = safe_text
     return _env
 
 
+# Short escapes safe_text writes; every other unsafe character becomes \xNN,
+# \uNNNN or \UNNNNNNNN.
+_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def safe_text(text):
+    r"""User text (a name, a path, a quoted source line) as text that cannot
+    leave the ``#`` comment, the triple-quoted docstring or the CUDA ``//``
+    comment it is printed in: the one function for every user-derived string
+    that reaches generated source other than as an identifier or a repr().
+
+    The result is the body of a valid Python string literal, escaped as
+    ``repr`` escapes: backslashes doubled; line breaks of every kind (all
+    that ``str.splitlines`` splits on), NUL, tabs and every other
+    non-printable character (bidi controls included) as ``\n``, ``\xNN``,
+    ``\uNNNN``; a quote that would extend a run of quotes (so no triple
+    quote survives), or that stands at either end, as ``\"``/``\'``, so no
+    concatenation of such pieces with quote-free text closes a docstring.
+    It never ends with a backslash (a C ``//`` comment would continue onto
+    the next line).  Ordinary names and source lines come through unchanged.
+    """
+    s = str(text)
+    out = []
+    last = len(s) - 1
+    for i, c in enumerate(s):
+        if c in _ESCAPES:
+            out.append("\\x5c" if c == "\\" and i == last else _ESCAPES[c])
+        elif c in "\"'":
+            out.append("\\" + c if i in (0, last) or s[i - 1] == c else c)
+        elif c.isprintable():
+            out.append(c)
+        else:
+            o = ord(c)
+            out.append(f"\\x{o:02x}" if o < 0x100 else
+                       f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}")
+    return "".join(out)
+
+
+# Names the generated code binds or reads, besides those beginning with "_"
+# (which all belong to it: runtime helpers, constants _c0, kernel handles,
+# the CLI's _check): an argument by one of these names would shadow them
+# inside the generated function.
+_GENERATED_NAMES = frozenset({"np", "math", "base64", "numpy", "cupy", "CUDA_SOURCE"}) \
+    | frozenset(dir(builtins))
+_TEMPORARY = re.compile(r"t\d+")   # the variables of the generated statements
+
+
 def identifier(name, taken=()):
-    """A valid, readable Python identifier for a user-supplied name."""
-    s = re.sub(r"\W", "_", str(name))
-    if not s or s[0].isdigit():
+    """A valid, readable Python identifier for a user-supplied name: its
+    identifier characters kept (non-ASCII letters too), others replaced by
+    ``_``; never a keyword, a builtin, a name the generated code uses (np,
+    t3, _c0, helpers) nor one in ``taken``.  Idempotent on its results."""
+    # the parser NFKC-normalises identifiers (so 𝐧𝐩 would BE np): normalise
+    # first, so what we check is what Python will see
+    s = unicodedata.normalize("NFKC", str(name))
+    s = "".join(c if ("a" + c).isidentifier() else "_" for c in s)
+    if s.startswith("_"):
+        s = "a" + s
+    elif not s[:1].isidentifier():  # empty, or a digit first
         s = "a_" + s
-    if keyword.iskeyword(s) or s in ("np", "math", "base64"):
+    if keyword.iskeyword(s) or s in _GENERATED_NAMES or _TEMPORARY.fullmatch(s):
         s = s + "_"
+    if not s.isidentifier() or unicodedata.normalize("NFKC", s) != s:
+        s = "a_" + re.sub(r"[^0-9A-Za-z_]", "_", s)   # never expected; ASCII is always valid
     base, k = s, 1
     while s in taken:
         s = f"{base}_{k}"
         k += 1
     return s
+
+
+def identifiers(names, reserved=()):
+    """``identifier`` of each name: all distinct, none in ``reserved``."""
+    taken = set(reserved)
+    out = []
+    for n in names:
+        s = identifier(n, taken)
+        taken.add(s)
+        out.append(s)
+    return out
 
 
 def literal(value):
@@ -109,6 +182,8 @@ def _ufunc_of(prim, n_operands):
 
 
 def _source_comment(loc):
+    """``file:line: the user's source line``, raw: templates print it
+    through safe_text."""
     if not loc:
         return None
     import linecache
@@ -118,6 +193,16 @@ def _source_comment(loc):
     if len(loc) > 3:
         where += f" ({loc[3]})"
     return f"{where}: {text}" if text else where
+
+
+def function_name(name):
+    """``name`` if it can be a generated function's name: chosen by tracegrad
+    (forward, value_and_grad, run), never by user text, so anything else is a
+    bug in the caller."""
+    if not str(name).isidentifier() or keyword.iskeyword(name) or name.startswith("_") \
+            or name in _GENERATED_NAMES:
+        raise ValueError(f"codegen: {name!r} cannot name a generated function")
+    return name
 
 
 def operand_expr(g, u, names, module):
@@ -136,9 +221,12 @@ class Lowered:
     """A graph lowered to the body of one NumPy function."""
 
     def __init__(self, g, name, arg_names, doc, module):
-        self.name = name
-        self.args = arg_names
-        self.doc = doc
+        self.name = function_name(name)
+        # argument names are the caller's, possibly raw user text: made
+        # identifiers here, where they enter source (a no-op for names that
+        # already went through identifier())
+        self.args = identifiers(arg_names, reserved={self.name})
+        self.doc = doc   # printed through safe_text by the template
         self.body = []
         self._lower(g, module)
 

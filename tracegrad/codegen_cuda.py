@@ -106,18 +106,10 @@ def c_identifier(name) -> str:
     return s or "arg"
 
 
-def _comment_text(text) -> str:
-    """User text made safe inside a ``//`` comment of a source that is also
-    embedded in a Python raw string: printable ASCII, no backslash (a
-    trailing one would continue the comment), no triple quote."""
-    s = "".join(c if 32 <= ord(c) < 127 and c != "\\" else "?" for c in str(text))
-    return s.replace("'''", "'' '")
-
-
 def _source_comment(loc):
+    # raw user text: the templates print it through codegen.safe_text
     from tracegrad.codegen import _source_comment as numpy_comment
-    s = numpy_comment(loc)
-    return _comment_text(s) if s else None
+    return numpy_comment(loc)
 
 
 def _size(shape):
@@ -329,9 +321,12 @@ class Function:
 
     def __init__(self, g, name, arg_names, doc, module, prefix):
         from tracegrad import passes
-        self.name = name
-        self.args = list(arg_names)
-        self.doc = doc
+        from tracegrad.codegen import function_name, identifiers
+        self.name = function_name(name)
+        # possibly raw user text (translation_unit passes the graph's input
+        # names): made identifiers where they enter source
+        self.args = identifiers(arg_names, reserved={self.name})
+        self.doc = doc   # printed through codegen.safe_text by the template
         self.body = []
         self.kernels = []
         names = {v: a for v, a in zip(g.graph["inputs"], self.args)}
@@ -476,7 +471,7 @@ def _render_tu(functions, g_of, header):
     calls = "\n".join(s["code"] for k in kernels for s in k["body"])
     helpers = "tg_floordiv(" in calls or "tg_remainder(" in calls
     return _jinja().get_template("cuda_kernels.cu.j2").render(
-        version=__version__, header=[_comment_text(h) for h in header], kernels=kernels,
+        version=__version__, header=list(header), kernels=kernels,
         helpers=helpers)
 
 
@@ -508,8 +503,12 @@ def kernel_count(graph) -> int:
 
 def _py_string(text):
     """``text`` as a Python string literal: a readable raw triple-quoted
-    block when that is exact, ``repr`` otherwise."""
-    if "'''" not in text and "\\" not in text and not text.endswith("'"):
+    block when that is exact, ``repr`` otherwise.  In a raw string a
+    backslash stays as it is, but one before a quote keeps the quote from
+    ending the string, and one at the very end escapes the closing quote;
+    Python reads a carriage return in source as a newline."""
+    exact = all(c == "\n" or c.isprintable() for c in text)
+    if exact and "'''" not in text and "\\'" not in text and not text.endswith(("'", "\\")):
         return "r'''" + text + "'''"
     return repr(text)
 
