@@ -192,8 +192,8 @@ class _Gen:
         name = f"v{len(self.lines)}"
         if update is not None:
             value = eval(expr, self.env)
-            if not isinstance(value, np.ndarray):
-                return False
+            if not isinstance(value, np.ndarray) or not value.flags.writeable:
+                return False   # NumPy refuses the update (a broadcast view is read-only)
             exec(f"{name} = {expr}\n{name} {update}", self.env)
             self.lines.append(f"{name} = {expr}; {name} {update}")
             self.tags.append(tag)
@@ -692,6 +692,7 @@ def check_program(prog, *, eager=True, fd=True, value_and_grad=True, replay_stat
     Returns a dict of facts (e.g. whether the eager replay ran)."""
     import tracegrad as tg
     from tracegrad.autograd import replay
+    from tracegrad.tensor import NumpyTensor
 
     facts = {}
     f = prog.function()
@@ -777,7 +778,8 @@ def check_program(prog, *, eager=True, fd=True, value_and_grad=True, replay_stat
         runs = []
         before = dict(replay.stats)
         for step in range(3):
-            leaves = [tg.tensor(a, requires_grad=True) for a in args]
+            # NumPy code runs eagerly on values that speak NumPy (the compile=False path)
+            leaves = [NumpyTensor(np.array(a), requires_grad=True) for a in args]
 
             def fwd_bwd():
                 try:

@@ -17,7 +17,8 @@ from tracegrad.autograd.grad_mode import state as _mode
 from tracegrad.autograd.profiler_state import _state as _prof_state
 from tracegrad.autograd.graph import AccumulateGrad, FREED_MSG, Node, _seq
 from tracegrad.ops._define import ArrayMethods
-from tracegrad.ops.base import resolve_dtype as _resolve_dtype, unbroadcast, vjp_apply
+from tracegrad.ops.base import (astype as ops_astype, resolve_dtype as _resolve_dtype,
+                                unbroadcast, vjp_apply)
 from tracegrad.ops.random import is_tracing
 from tracegrad.primitives import Aval
 
@@ -960,6 +961,14 @@ class NumpyTensor(Tensor):
 
     def __repr__(self):
         return "NumPy-face " + super().__repr__()
+
+    def _copy(self):
+        return self.clone()
+
+    def astype(self, dtype, copy=True):
+        if not copy and _resolve_dtype(dtype) == self.dtype:
+            return self
+        return ops_astype(self, dtype)
 
 
 def eager_bind(prim, args, attrs):

@@ -179,6 +179,11 @@ class Tracer(ArrayMethods):
             return self   # NumPy returns the array itself: the same value, aliased
         return astype(self, dtype)
 
+    def _copy(self):
+        """A copy: the same (immutable) node under a new Python object, so an
+        in-place update of one name does not reach the other."""
+        return Tracer(self._trace, self.id, self.aval, self._face)
+
     # In-place arithmetic updates the value every name bound to it sees, as
     # NumPy does (b = a; b += 1 changes a).  A view shares memory with its
     # base, which compiled code cannot write through: that is an error.

@@ -115,7 +115,7 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False,
             raise RuntimeError("`inputs` argument to `backward()` cannot be empty.")
     if retain_graph is None:
         retain_graph = create_graph
-    if (grad_tensors is None and type(tensors) is Tensor and tensors._requires_grad
+    if (grad_tensors is None and isinstance(tensors, Tensor) and tensors._requires_grad
             and tensors._data.size == 1 and tensors._data.dtype.kind == "f"
             and type(tensors._data) is np.ndarray):
         # the common case, loss.backward(): skip the general argument handling,

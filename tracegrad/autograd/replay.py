@@ -50,7 +50,7 @@ from tracegrad.autograd.grad_mode import state as _mode
 from tracegrad.autograd.graph import AccumulateGrad
 from tracegrad import primitives
 from tracegrad.autograd.profiler_state import _state as _prof_state
-from tracegrad.tensor import PrimNode, Tensor
+from tracegrad.tensor import NumpyTensor, PrimNode, Tensor
 
 _ndarray = np.ndarray
 
@@ -178,7 +178,7 @@ def _gather(nodes, seed_shape, seed_dtype, seed, output_nr):
         if saved is not None:
             for a, v in saved:
                 ta = type(a)
-                if ta is Tensor:
+                if ta is Tensor or ta is NumpyTensor:
                     if v is not None and a._vbox[0] != v:
                         return None  # modified in place: the interpreter says so
                     d = a._data
@@ -369,7 +369,7 @@ def _build(nodes, arrays, key, seed_given, targets):
                 continue
             prim = n.prim
             if n.saved is not None:
-                inputs = [saved_input(f"n{i}_in{k}") if type(a) is Tensor or type(a) is _ndarray
+                inputs = [saved_input(f"n{i}_in{k}") if isinstance(a, (Tensor, _ndarray))
                           else a for k, (a, _) in enumerate(n.saved)]
                 metas = inputs
             else:

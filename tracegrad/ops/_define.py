@@ -50,7 +50,7 @@ class ArrayMethods:
     def __mod__(self, o): return _ops.remainder(self, o)
     def __rmod__(self, o): return _ops.remainder(o, self)
     def __neg__(self): return _ops.neg(self)
-    def __pos__(self): return self
+    def __pos__(self): return numpy_copy(self)
     def __abs__(self): return _ops.abs(self)
     def __lt__(self, o): return _ops.less(self, o)
     def __le__(self, o): return _ops.less_equal(self, o)
@@ -138,6 +138,15 @@ def _reduce_ufunc(ufunc, method, inputs, kwargs):
     # np.add.reduce(t, axis), np.multiply.accumulate, np.maximum.outer,
     # np.add.reduceat, np.add.at: they live with the NumPy functions
     return _ops.numpy_functions.ufunc_method(ufunc, method, inputs, kwargs)
+
+
+def numpy_copy(x):
+    """NumPy's fresh result for an op that leaves the values as they are
+    (astype to the same dtype, conj of reals, +x): a value that in-place
+    updates of x do not reach.  Values that speak NumPy provide ``_copy``;
+    a torch Tensor stays itself, as torch returns it."""
+    copy = getattr(x, "_copy", None)
+    return x if copy is None else copy()
 
 
 def method(*names):

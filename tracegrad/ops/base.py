@@ -10,7 +10,7 @@ import numpy as np
 
 from tracegrad import runtime_numpy as _rt
 from tracegrad.primitives import Aval, bind, register, broadcast_shapes
-from tracegrad.ops._define import method, implements, axis_arg, norm_axes
+from tracegrad.ops._define import method, implements, axis_arg, norm_axes, numpy_copy
 
 
 # --- shape rules ------------------------------------------------------------------
@@ -635,7 +635,7 @@ def _where_method(self, condition, other):
 def astype(x, dtype):
     dtype = resolve_dtype(dtype)
     if getattr(x, "dtype", None) == dtype:
-        return x
+        return numpy_copy(x)
     return bind(astype_p, x, dtype=dtype.name)
 
 

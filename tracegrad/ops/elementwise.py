@@ -13,7 +13,7 @@ import numpy as np
 
 from tracegrad import runtime_numpy as _rt
 from tracegrad.primitives import Aval, bind, register
-from tracegrad.ops._define import method, implements
+from tracegrad.ops._define import method, implements, numpy_copy
 from tracegrad.ops.base import (def_elementwise, zeros_rule, add, sub, mul, div, neg,
                                 reciprocal, exp, where, equal, greater, less,
                                 greater_equal, less_equal, logical_and, logical_or,
@@ -384,7 +384,7 @@ def conj(x, **kw):
     _no_kw("conj", kw)
     if np.dtype(getattr(x, "dtype", np.float64)).kind == "c":
         raise TypeError("tracegrad does not support complex tensors")
-    return x
+    return numpy_copy(x)
 
 
 conjugate = conj
