@@ -20,7 +20,7 @@ import numpy as np
 from tracegrad import cache, code_deps
 from tracegrad._version import __version__
 from tracegrad.autograd.profiler_state import _state as _prof_state
-from tracegrad.graph_call import arg_names, leaf_array
+from tracegrad.graph_call import leaf_array
 from tracegrad import primitives
 from tracegrad.primitives import Aval
 from tracegrad.trace import (Tracer, trace_function, tree_flatten, tree_unflatten,
@@ -678,7 +678,6 @@ def _compile(kind, trace, wrt, names, compiled, parts, khash):
     """Trace -> transformed graph -> source (NumPy, or the CUDA target's)."""
     from tracegrad import pipeline
     g = _transform_graph(kind, trace, wrt)
-    args = arg_names(names)
     fn = compiled.fn
     src = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
     try:
@@ -691,7 +690,8 @@ def _compile(kind, trace, wrt, names, compiled, parts, khash):
            "jacrev": f"The Jacobian of {src} w.r.t. {_wrt_desc(wrt, names)} (reverse mode).",
            "jacfwd": f"The Jacobian of {src} w.r.t. {_wrt_desc(wrt, names)} (forward mode).",
            "hessian": f"The Hessian of {src} w.r.t. {_wrt_desc(wrt, names)}."}[kind]
-    source = pipeline.generate([(g, _FN_NAME[kind], args, doc)], parts.get("backend", "numpy"),
+    # the generator turns the argument names into distinct identifiers
+    source = pipeline.generate([(g, _FN_NAME[kind], names, doc)], parts.get("backend", "numpy"),
                                source=src, transform=parts["transform"], key=khash)
     return g, source
 

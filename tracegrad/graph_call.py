@@ -46,17 +46,6 @@ def leaf_array(x, where):
                     f"as static (static_argnums=/static_argnames=).")
 
 
-def arg_names(names):
-    from tracegrad.codegen import identifier  # the code generator loads on first build
-    taken = set()
-    out = []
-    for n in names:
-        s = identifier(n, taken)
-        taken.add(s)
-        out.append(s)
-    return out
-
-
 class GraphFunction:
     """A graph compiled to NumPy, keyed by its structure in the cache."""
     # "cupy": generate the CUDA target's driver (tracegrad/codegen_cuda.py);
@@ -96,7 +85,7 @@ class GraphFunction:
     def source(self):
         from tracegrad import pipeline
         return pipeline.generate(
-            [(self.graph, "run", arg_names(self.graph_arg_names()), f"{self.name}.")],
+            [(self.graph, "run", self.graph_arg_names(), f"{self.name}.")],
             self.backend, source=self.name, transform=self.key[:16],
             key=cache.key_hash(self._parts()))
 

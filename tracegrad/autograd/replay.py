@@ -328,7 +328,6 @@ def _build(nodes, arrays, key, seed_given, targets):
     path to one run, as in the interpreter."""
     from tracegrad import pipeline
     from tracegrad.adjoint import _const_tracer
-    from tracegrad.graph_call import arg_names
     from tracegrad.cache import _exec_source
     from tracegrad.ops import add
     from tracegrad.primitives import Aval
@@ -413,7 +412,7 @@ def _build(nodes, arrays, key, seed_given, targets):
                + ("the loss's cotangent and " if seed_given else "")
                + f"saved arrays in, the gradients of {len(leaves)} leaf tensors out"
                + ("." if seed_given else " (the loss's cotangent is ones)."))
-        source = pipeline.generate([(g, "backward", arg_names(names), doc)],
+        source = pipeline.generate([(g, "backward", names, doc)],
                                    source="eager tape", transform="backward replay", key=khash)
         filename = f"<tracegrad backward replay {khash[:12]}>"
         fn = _exec_source(source, filename, khash)["backward"]
