@@ -574,33 +574,26 @@ def _plain(v):
 def _eager_derivatives(kind, outs, xs):
     """The flat outputs compiled code of ``kind`` returns, from an eager run:
     outputs, then gradients / Jacobian blocks (output-major) / Hessian rows."""
-    from tracegrad import autograd
     if kind == "forward":
         return [_plain(o) for o in outs]
-
-    def grads(y, create_graph=False):
-        if not hasattr(y, "grad_fn") or not y.requires_grad:   # no path to the inputs
-            return [np.zeros(x.shape, x.dtype) for x in xs]
-        gs = autograd.grad(y, xs, allow_unused=True, retain_graph=True, create_graph=create_graph)
-        return [np.zeros(x.shape, x.dtype) if g is None else (g if create_graph else _plain(g))
-                for g, x in zip(gs, xs)]
 
     def jacobian_blocks(ys):
         blocks = []
         for y in ys:
-            shape = tuple(np.shape(_plain(y)))
-            rows = [grads(y.reshape(-1)[k]) if hasattr(y, "grad_fn") else
-                    [np.zeros(x.shape, x.dtype) for x in xs] for k in range(int(np.prod(shape)))]
-            blocks.extend(np.stack([r[i] for r in rows]).reshape(shape + tuple(x.shape))
-                          if rows else np.zeros(shape + tuple(x.shape)) for i, x in enumerate(xs))
+            shape = np.shape(_plain(y))
+            flat = y.reshape(-1) if hasattr(y, "grad_fn") else None
+            rows = [_eager_cotangents([flat[k]] if flat is not None else [], xs, [1.0])
+                    for k in range(int(np.prod(shape)))]
+            blocks += [np.array([r[i] for r in rows], dtype=x.dtype).reshape(shape + x.shape)
+                       for i, x in enumerate(xs)]
         return blocks
 
     if kind in ("grad", "value_and_grad"):
-        return [_plain(o) for o in outs] + grads(outs[0])
+        return [_plain(o) for o in outs] + _eager_cotangents(outs[:1], xs, [1.0])
     if kind in ("jacrev", "jacfwd"):
         return jacobian_blocks(outs)
     if kind == "hessian":
-        return jacobian_blocks(grads(outs[0], create_graph=True))
+        return jacobian_blocks(_eager_cotangents(outs[:1], xs, [1.0], create_graph=True))
     raise ValueError(kind)
 
 
