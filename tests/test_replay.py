@@ -575,3 +575,18 @@ def test_explain_says_what_was_compiled_and_what_could_not_be(monkeypatch, capsy
     assert replay.stats["uncompilable"] == 1
     assert "simulated rule" in replay.last_error
     assert "stays interpreted: NotImplementedError: simulated rule" in capsys.readouterr().err
+
+
+def test_numpy_scalar_operands_replay_and_signed_zero_constants_do_not_share_a_plan():
+    from tracegrad.tensor import NumpyTensor
+    replay.clear()
+    for _ in range(3):
+        x = NumpyTensor(np.array([0.5, -1.0]), requires_grad=True)
+        np.sum(x * np.float64(2.0)).backward()
+    assert replay.stats["replays"] == 1
+    grads = []
+    for c in (0.0, 0.0, 0.0, -0.0):
+        x = tg.tensor(np.array([0.5, -1.0]), requires_grad=True)
+        (x * c).sum().backward()
+        grads.append(x.grad.numpy().copy())
+    assert np.signbit(grads[-1]).all() and not np.signbit(grads[0]).any()

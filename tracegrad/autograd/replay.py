@@ -191,15 +191,21 @@ def _gather(nodes, seed_shape, seed_dtype, seed, output_nr):
                     keep(a)
                     put(a.shape)
                     put(a.dtype)
-                elif ta is float or ta is int or ta is bool:
+                elif ta is float:
+                    put(ta)
+                    put(a.hex())   # tells -0.0 from 0.0 (== does not)
+                elif ta is int or ta is bool:
                     put(ta)
                     put(a)
+                elif isinstance(a, np.generic):   # np.float64(2.0) * x
+                    put(ta)
+                    put(a.tobytes())
                 else:
                     return None  # packed by saved-tensor hooks, or unusual
         else:
             for m in n.in_meta:
                 put(type(m))
-                put(m)
+                put(m.hex() if type(m) is float else m)
         out = n.out_saved
         if out is not None:
             if type(out) is tuple:  # several outputs, each with its version counter
