@@ -583,7 +583,7 @@ def test_numpy_scalar_operands_replay_and_signed_zero_constants_do_not_share_a_p
     for _ in range(3):
         x = NumpyTensor(np.array([0.5, -1.0]), requires_grad=True)
         np.sum(x * np.float64(2.0)).backward()
-    assert replay.stats["replays"] == 1
+    assert replay.stats["replays"] >= 1 and replay.stats["declined"] == 0
     grads = []
     for c in (0.0, 0.0, 0.0, -0.0):
         x = tg.tensor(np.array([0.5, -1.0]), requires_grad=True)
