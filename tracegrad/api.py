@@ -18,6 +18,7 @@ import weakref
 import numpy as np
 
 from tracegrad import cache, code_deps
+from tracegrad.cache import _stats   # the counters tg.cache_info() reports
 from tracegrad._version import __version__
 from tracegrad.autograd.profiler_state import _state as _prof_state
 from tracegrad.graph_call import leaf_array
@@ -252,7 +253,7 @@ class Compiled:
             else:
                 run = self._arrays_only.get(tuple(key))
                 if run is not None:
-                    cache.count("memory_hits")
+                    _stats["memory_hits"] += 1
                     return run(args)
         leaves, ranges, kw_tree, statics, names = self._flatten(args, kwargs)
         if _inside_another_transform(leaves, self.kind):
@@ -396,7 +397,8 @@ class Compiled:
 
         trace, out_tree = trace_function(self.fn, avals, rebuild, names, backend, faces)
         cache.count("traces")
-        self._tables.guard = code_deps.Guard(self.fn)
+        guard = code_deps.Guard(self.fn)
+        self._tables.guard = guard if guard else None   # nothing read: nothing to check
         self._check_out_tree(out_tree)
         return trace, out_tree, avals, backend
 

@@ -146,6 +146,11 @@ class Guard:
         self._cells = tuple(cells)
         self._globals = tuple(globs)
 
+    def __bool__(self):
+        """Is there anything to check (a function reading no cells or
+        globals needs no check per call)?"""
+        return bool(self._cells or self._globals)
+
     def changed(self):
         """The name of the first cell or global that no longer holds what
         the trace saw, or None."""
