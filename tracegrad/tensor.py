@@ -244,8 +244,7 @@ class Tensor(ArrayMethods):
     # --- autograd -------------------------------------------------------------
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
         """Compute the gradient of this tensor w.r.t. graph leaves (see torch.Tensor.backward)."""
-        from tracegrad.autograd.engine import backward
-        backward(self, gradient, retain_graph, create_graph, None, inputs)
+        _engine_backward(self, gradient, retain_graph, create_graph, None, inputs)
 
     def detach(self):
         """A new Tensor on the same memory and version counter, outside the graph."""
@@ -940,6 +939,11 @@ def _asarray_like(x):
     if isinstance(x, Tensor):
         return x._data
     return primitives.array_module(x).asarray(x)
+
+
+# The backward engine (tracegrad.autograd.engine, above this module) installs
+# its entry point here when it is imported, as the trace installs its binder.
+_engine_backward = None
 
 
 class NumpyTensor(Tensor):

@@ -16,8 +16,19 @@ import numpy as np
 from tracegrad.autograd.grad_mode import state as _mode
 from tracegrad.autograd.graph import AccumulateGrad
 from tracegrad.autograd.profiler_state import _state as _prof_state
+from tracegrad import tensor as _tensor
 from tracegrad.tensor import PrimNode, Tensor
-from tracegrad.autograd import replay as _replay
+
+
+class _NoReplay:
+    """Until tracegrad.autograd.replay is imported (it installs itself here),
+    every backward runs in the interpreter."""
+    @staticmethod
+    def try_backward(*args, **kwargs):
+        return None
+
+
+_replay = _NoReplay
 
 
 def _as_tuple(x):
@@ -526,3 +537,6 @@ def _report_anomaly(node, exc):
 
 def _active_profiler():
     return _prof_state.current
+
+
+_tensor._engine_backward = backward   # Tensor.backward() runs here

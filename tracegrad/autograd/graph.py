@@ -195,16 +195,16 @@ class save_on_cpu(saved_tensors_hooks):
                 data.get(out=host)
             else:
                 host = data.get()
-            return (data.device.id, host, t._requires_grad, t.grad_fn, t._output_nr, t._vbox)
+            return (type(t), data.device.id, host, t._requires_grad, t.grad_fn, t._output_nr,
+                    t._vbox)
 
         def unpack(packed):
             if type(packed) is not tuple:
                 return packed
-            from tracegrad.tensor import Tensor
             import cupy
-            dev, host, requires_grad, grad_fn, output_nr, vbox = packed
+            cls, dev, host, requires_grad, grad_fn, output_nr, vbox = packed
             with cupy.cuda.Device(dev):
                 data = cupy.asarray(host)
-            return Tensor(data, requires_grad, grad_fn, output_nr, vbox)
+            return cls(data, requires_grad, grad_fn, output_nr, vbox)
 
         super().__init__(pack, unpack)

@@ -38,13 +38,14 @@ environment) turns the replay off.
 from __future__ import annotations
 
 import hashlib
+import sys
 import os
 import warnings
 from operator import attrgetter
 
 import numpy as np
 
-import tracegrad.autograd.engine as _engine  # (engine imports this module too)
+import tracegrad.autograd.engine as _engine
 from tracegrad.autograd import graph as _graph
 from tracegrad.autograd.grad_mode import state as _mode
 from tracegrad.autograd.graph import AccumulateGrad
@@ -455,3 +456,6 @@ def _computed_here(g, v):
         if op == "proj" or not primitives.get(op).aliases_operands:
             return op != "proj"
         v = ir.operands(g, v)[0]
+
+
+_engine._replay = sys.modules[__name__]   # the engine asks this module first on backward()
