@@ -517,10 +517,10 @@ def test_trace_hook_receives_traced_calls(monkeypatch):
         _trace = object()
 
     monkeypatch.setattr(function_mod, "_trace_apply",
-                        lambda cls, args, kwargs: calls.append((cls, args, kwargs)) or "traced")
+                        lambda cls, args, setup_ctx: calls.append((cls, args, setup_ctx)) or "traced")
     t = FakeTracer()
     assert Exp.apply(t) == "traced"
-    assert calls == [(Exp, (t,), {})]
+    assert calls == [(Exp, (t,), False)]   # keyword arguments arrive bound to positions
     # eager values still go the eager way with the hook installed
     np.testing.assert_allclose(Exp.apply(tg.tensor([0.0])).numpy(), [1.0])
 

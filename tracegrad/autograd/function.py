@@ -34,7 +34,7 @@ methods, so the tracer may run them itself.  ``function_rules(cls)`` returns
 them (and whether the torch 2 style is used); when any argument of
 ``apply`` is a tracer (has ``_trace``), ``apply`` hands the call to the
 binder installed in ``tracegrad.autograd.function._trace_apply`` (signature
-``_trace_apply(cls, args, kwargs)``), as ``primitives._trace_bind`` does for
+``_trace_apply(cls, args, setup_ctx)``), as ``primitives._trace_bind`` does for
 primitives.  The tracer can record the call as one opaque node whose vjp
 calls the user's ``backward``.
 """
@@ -53,7 +53,8 @@ from tracegrad.tensor import Tensor
 __all__ = ["Function", "FunctionCtx", "BackwardCFunction", "once_differentiable",
            "function_rules", "InplaceFunction"]
 
-# Installed by the tracer: _trace_apply(cls, args, kwargs) -> outputs.
+# Installed by the tracer: _trace_apply(cls, args, setup_ctx) -> outputs
+# (keyword arguments already bound to positions).
 _trace_apply = None
 
 # next_functions entry of an input that takes no gradient (as torch's (None, 0))
@@ -313,18 +314,15 @@ class Function(_SingleLevelFunction):
 
     @classmethod
     def apply(cls, *args, **kwargs):
-        if _trace_apply is not None:
-            for a in args:
-                if hasattr(a, "_trace"):
-                    return _trace_apply(cls, args, kwargs)
-            for a in kwargs.values():
-                if hasattr(a, "_trace"):
-                    return _trace_apply(cls, args, kwargs)
         if cls.forward is _SingleLevelFunction.forward:
             raise NotImplementedError(f"{cls.__name__} does not implement forward")
         setup_ctx = _uses_setup_context(cls)
         if kwargs:
             args = _bind_args(cls, args, kwargs, setup_ctx)
+        if _trace_apply is not None:
+            for a in args:
+                if hasattr(a, "_trace"):
+                    return _trace_apply(cls, args, setup_ctx)
         grad_on = _mode.grad_enabled
         needs = tuple(isinstance(a, Tensor) and a._requires_grad and grad_on for a in args)
         is_executable = any(needs)

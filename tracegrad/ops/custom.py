@@ -48,9 +48,10 @@ class _TraceCtx:
         self.materialize_grads = bool(value)
 
 
-def _run_forward(fn, ctx, args):
-    from tracegrad.autograd.function import _uses_setup_context
-    if _uses_setup_context(fn):
+def _run_forward(fn, ctx, args, setup_ctx):
+    """fn.forward on args; setup_ctx: the Function defines setup_context
+    (torch 2 style, a forward without ctx)."""
+    if setup_ctx:
         out = fn.forward(*args)
         fn.setup_context(ctx, tuple(args), out)
         return out
@@ -67,11 +68,11 @@ def _args(operands_x, statics, tensor_pos):
     return args
 
 
-def _custom_vjp(g, out, *operands, fn, n_out, statics, tensor_pos, source):
+def _custom_vjp(g, out, *operands, fn, n_out, statics, tensor_pos, source, setup_ctx):
     from tracegrad.ops.base import zeros_like_value
     raw, xs = operands[:n_out], operands[n_out:]
     ctx = _TraceCtx(tuple(i in tensor_pos for i in range(len(statics) + len(tensor_pos))))
-    _run_forward(fn, ctx, _args(xs, statics, tensor_pos))
+    _run_forward(fn, ctx, _args(xs, statics, tensor_pos), setup_ctx)
     gs = tuple(g)
     if ctx.materialize_grads:
         gs = tuple(zeros_like_value(r) if gi is None else gi for gi, r in zip(gs, raw))
@@ -85,13 +86,13 @@ def _custom_vjp(g, out, *operands, fn, n_out, statics, tensor_pos, source):
     return (None,) * n_out + tuple(grads[p] for p in tensor_pos)
 
 
-def _custom_jvp(tangents, out, *operands, fn, n_out, statics, tensor_pos, source):
+def _custom_jvp(tangents, out, *operands, fn, n_out, statics, tensor_pos, source, setup_ctx):
     # forward mode differentiates the forward's ops: the node passes the
     # tangents of the forward outputs through
     return tuple(tangents[:n_out])
 
 
-def _custom_numpy(names, fn, n_out, statics, tensor_pos, source):
+def _custom_numpy(names, fn, n_out, statics, tensor_pos, source, setup_ctx):
     return "(" + ", ".join(names[:n_out]) + ",)"
 
 
@@ -99,11 +100,11 @@ def _custom_numpy(names, fn, n_out, statics, tensor_pos, source):
 # forward output.
 custom_vjp_p = register(
     "custom_vjp",
-    lambda xp, *operands, fn, n_out, statics, tensor_pos, source: tuple(operands[:n_out]),
-    shape=lambda *avals, fn, n_out, statics, tensor_pos, source: tuple(avals[:n_out]),
+    lambda xp, *operands, fn, n_out, statics, tensor_pos, source, setup_ctx: tuple(operands[:n_out]),
+    shape=lambda *avals, fn, n_out, statics, tensor_pos, source, setup_ctx: tuple(avals[:n_out]),
     vjp=_custom_vjp, jvp=_custom_jvp, numpy=_custom_numpy,
     may_view=True,  # the emitted tuple holds the forward outputs themselves
-    n_out=lambda fn, n_out, statics, tensor_pos, source: n_out,
+    n_out=lambda fn, n_out, statics, tensor_pos, source, setup_ctx: n_out,
     doc="A custom autograd.Function in compiled code: forward outputs pass through; "
         "the vjp is the user's backward.")
 
@@ -115,11 +116,9 @@ def _source_hash(fn):
     return fingerprint(fn)
 
 
-def trace_apply(fn, args, kwargs):
-    """``Function.apply`` on tracers: the forward's ops plus one custom_vjp node."""
-    from tracegrad.autograd.function import _bind_args, _uses_setup_context
-    if kwargs:
-        args = _bind_args(fn, args, kwargs, _uses_setup_context(fn))
+def trace_apply(fn, args, setup_ctx):
+    """``Function.apply`` on tracers (keyword arguments already bound to
+    positions): the forward's ops plus one custom_vjp node."""
     tensor_pos, statics = [], []
     for i, a in enumerate(args):
         if hasattr(a, "_trace") or hasattr(a, "grad_fn") or hasattr(a, "__array_interface__"):
@@ -133,9 +132,10 @@ def trace_apply(fn, args, kwargs):
                                 f"so pass a tuple or a number") from None
             statics.append((i, a))
     ctx = _TraceCtx(tuple(i in tensor_pos for i in range(len(args))))
-    out = _run_forward(fn, ctx, list(args))
+    out = _run_forward(fn, ctx, list(args), setup_ctx)
     multi = isinstance(out, tuple)
     outs = out if multi else (out,)
     res = bind(custom_vjp_p, *outs, *[args[p] for p in tensor_pos], fn=fn, n_out=len(outs),
-               statics=tuple(statics), tensor_pos=tuple(tensor_pos), source=_source_hash(fn))
+               statics=tuple(statics), tensor_pos=tuple(tensor_pos), source=_source_hash(fn),
+               setup_ctx=setup_ctx)
     return res if multi else res[0]
