@@ -5,7 +5,6 @@ The op modules register their rows in the one registry
 methods and NumPy overrides.  ``tracegrad`` re-exports the names in
 ``__all__`` (``tg.exp``, ``tg.sum``, ``tg.linalg.inv``...).
 """
-import sys as _sys
 import types as _types
 
 from tracegrad.ops import (_define, base, elementwise, reductions, shape, indexing, linalg, nn,
@@ -24,4 +23,5 @@ for _mod in (base, elementwise, reductions, shape, indexing, linalg, nn, custom,
         if _k not in __all__:
             __all__.append(_k)
 
-_define._ops = _sys.modules[__name__]
+# every op by name, for the operators and the op modules' late lookups
+vars(_define._ops).update((k, v) for k, v in globals().items() if not k.startswith("_"))

@@ -243,11 +243,15 @@ def norm_axes(axis, ndim):
     return tuple(sorted(set(out)))
 
 
-class _OpsProxy:
-    """Late lookup of tracegrad.ops (the op modules import this one)."""
+class _Ops:
+    """The functional ops by name, for the operators above and for op modules
+    that call one defined in a module loaded after theirs.  tracegrad.ops
+    fills it once every op module is loaded (this module imports nothing of
+    the package, so there is no cycle)."""
+
     def __getattr__(self, name):
-        from tracegrad import ops
-        return getattr(ops, name)
+        raise AttributeError(f"tracegrad.ops has no op {name!r} (or it was used while the op "
+                             f"modules were still loading)")
 
 
-_ops = _OpsProxy()
+_ops = _Ops()

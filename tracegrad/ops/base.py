@@ -10,7 +10,7 @@ import numpy as np
 
 from tracegrad import runtime_numpy as _rt
 from tracegrad.primitives import Aval, bind, register, broadcast_shapes
-from tracegrad.ops._define import method, implements, axis_arg, norm_axes, numpy_copy
+from tracegrad.ops._define import method, implements, axis_arg, norm_axes, numpy_copy, _ops
 
 
 # --- shape rules ------------------------------------------------------------------
@@ -530,11 +530,9 @@ multiply = mul
 @implements(np.true_divide, np.divide)
 def div(x, y, rounding_mode=None, **kw):
     if rounding_mode == "floor":
-        from tracegrad.ops import floor
-        return floor(bind(div_p, x, y))
+        return _ops.floor(bind(div_p, x, y))
     if rounding_mode == "trunc":
-        from tracegrad.ops import trunc
-        return trunc(bind(div_p, x, y))
+        return _ops.trunc(bind(div_p, x, y))
     return bind(div_p, x, y)
 
 
@@ -621,8 +619,7 @@ def logical_not(x, **kw):
 @implements(np.where)
 def where(condition, x=None, y=None):
     if x is None and y is None:
-        from tracegrad.ops import nonzero
-        return nonzero(condition)
+        return _ops.nonzero(condition)
     return bind(where_p, condition, x, y)
 
 
