@@ -411,13 +411,11 @@ class Compiled:
         from tracegrad.tensor import NumpyTensor
         leaves, ranges, kw_tree, statics, names = self._flatten(args, kwargs)
         wrt = self._wrt_leaves(ranges) if self.kind != "forward" else []
-        xs = {}
-        for _, lo, hi in wrt:
-            for j in range(lo, hi):
-                a = leaf_array(leaves[j], f"argument leaf '{names[j]}'")[0]
-                xs[j] = NumpyTensor(np.array(a, dtype=a.dtype), requires_grad=True)
-        avals = [_leaf_aval(leaf_array(x, "argument")[0]) for x in leaves]
+        arrays = [leaf_array(x, f"argument leaf '{n}'")[0] for x, n in zip(leaves, names)]
+        avals = [_leaf_aval(a) for a in arrays]
         self._check_wrt(self.kind, avals, wrt, names)
+        xs = {j: NumpyTensor(np.array(arrays[j]), requires_grad=True)
+              for _, lo, hi in wrt for j in range(lo, hi)}
         values = [xs.get(j, x) for j, x in enumerate(leaves)]
         a, kw = _rebuild_args(values, ranges, kw_tree, statics, len(args))
         with enable_grad():
