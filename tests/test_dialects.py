@@ -96,6 +96,10 @@ NUMPY_CASES = {
     "np.max": lambda x: np.max(x, axis=0),
     "np.split": lambda x: np.split(x, 2, axis=1),
     "np.transpose": lambda x: np.transpose(x, (1, 0)),
+    "sum(0, float32)": lambda x: x.sum(0, np.float32),
+    "np.sum keepdims 5th": lambda x: np.sum(x, 1, None, None, True),
+    "argmax(1, keepdims)": lambda x: x.argmax(1, keepdims=True),
+    "mean(0, None, None, True)": lambda x: x.mean(0, None, None, True),
 }
 _NO_ARRAY = {"nbytes", "itemsize", "size", "ndim"}   # Python ints: nothing to trace
 
@@ -111,7 +115,7 @@ def test_numpy_face_values_traced_and_eager(name):
 
 
 @pytest.mark.parametrize("name", [n for n in NUMPY_CASES if n not in _NO_ARRAY
-                                  and n not in ("argsort(axis=0)", "argmax(axis=1)")])
+                                  and not n.startswith(("argsort", "argmax", "sum(0, float32)"))])
 def test_numpy_face_gradients_compiled_eager_and_fd(name):
     f = NUMPY_CASES[name]
 
@@ -188,6 +192,14 @@ TORCH_CASES = {
     "median()": lambda m, t: t.median(),
     "median(0)": lambda m, t: m.median(t, 0),
     "median(1, keepdim)": lambda m, t: t.median(1, keepdim=True),
+    "m.sum(t, 1, True)": lambda m, t: m.sum(t, 1, True),
+    "t.mean(1, True)": lambda m, t: t.mean(1, True),
+    "m.prod(t, 0, True)": lambda m, t: m.prod(t, 0, True),
+    "t.amax(0, True)": lambda m, t: t.amax(0, True),
+    "m.argmax(t, 1, True)": lambda m, t: m.argmax(t, 1, True),
+    "t.argmin(0, True)": lambda m, t: t.argmin(0, True),
+    "m.all(t > 0, 1, True)": lambda m, t: m.all(t > 0, 1, True),
+    "m.cross default dim": lambda m, t: m.cross(t[:3, :3], t[:3, 1:4] * 2),
 }
 TORCH_SIZES = {"size()": lambda t: t.size(), "size(1)": lambda t: t.size(1),
                "numel()": lambda t: t.numel(), "dim()": lambda t: t.dim()}
@@ -237,7 +249,8 @@ def test_torch_face_sizes(name):
         assert (tuple(got) if name == "size()" else got) == want
 
 
-@pytest.mark.parametrize("name", [n for n in TORCH_CASES if "sort" not in n])
+@pytest.mark.parametrize("name", [n for n in TORCH_CASES if "sort" not in n
+                                  and not n.startswith(("m.argmax", "t.argmin", "m.all"))])
 def test_torch_face_gradients_eager_and_traced(name):
     f = TORCH_CASES[name]
 

@@ -19,7 +19,9 @@ from tracegrad.ops import *  # noqa: F401,F403
 # the top-level names torch has mean what they mean in torch.
 from tracegrad import numpy_face  # noqa: F401
 from tracegrad.torch_face import (std, var, max, min, sort, split, transpose,  # noqa: F401
-                                  nonzero, squeeze, norm, topk, kthvalue, median)
+                                  nonzero, squeeze, norm, topk, kthvalue, median, sum, mean,
+                                  prod, amax, amin, argmax, argmin, all, any, nansum, nanmean,
+                                  cross)
 from tracegrad import autograd
 from tracegrad.autograd import (no_grad, enable_grad, set_grad_enabled, inference_mode,
                                 is_grad_enabled, is_inference_mode_enabled)

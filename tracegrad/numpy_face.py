@@ -40,6 +40,12 @@ def size(x):
     return x.size_
 
 
+# NumPy's argument order: x.sum(axis, dtype, out, keepdims), x.argmax(axis, out, keepdims)
+for _name, _fn in {"sum": ops.sum, "mean": reductions.mean, "prod": reductions.prod,
+                   "amax": reductions.amax, "amin": reductions.amin, "argmax": reductions.argmax,
+                   "argmin": reductions.argmin, "all": reductions.all, "any": reductions.any,
+                   "nansum": reductions.nansum, "nanmean": reductions.nanmean}.items():
+    face_method(FACE, _name)(_fn)
 face_method(FACE, "std")(reductions.std)
 face_method(FACE, "var")(reductions.var)
 face_method(FACE, "max")(reductions.amax)
@@ -83,5 +89,6 @@ for _name, _advice in {
     "numel": "write x.size",
     "t": "write x.T",
     "split": "ndarrays have no split method; write np.split(x, indices_or_sections, axis=0)",
+    "cross": "ndarrays have no cross method; write np.cross(a, b, axis=-1)",
 }.items():
     face_advice(FACE, _name, _advice)

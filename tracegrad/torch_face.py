@@ -37,7 +37,8 @@ from tracegrad.ops._define import face_method
 FACE = "torch"
 
 __all__ = ["std", "var", "max", "min", "sort", "split", "transpose", "nonzero", "squeeze",
-           "norm", "topk", "kthvalue", "median"]
+           "norm", "topk", "kthvalue", "median", "sum", "mean", "prod", "amax", "amin", "argmax",
+           "argmin", "all", "any", "nansum", "nanmean", "cross"]
 
 
 @face_method(FACE, "size")
@@ -91,6 +92,49 @@ squeeze = face_method(FACE, "squeeze")(shape._squeeze_method)
 face_method(FACE, "repeat")(shape._repeat_method)
 face_method(FACE, "flatten")(shape.flatten)
 norm = linalg._norm_method   # torch.norm(input, p='fro', dim=None, keepdim=False)
+
+
+def _torch_reduction(op, name, takes_dtype):
+    """torch's argument order for a reduction: (input, dim, keepdim) and
+    dtype by keyword (NumPy's puts dtype or out third); NumPy's keywords
+    are accepted where they do not conflict."""
+    def reduction(input, dim=None, keepdim=False, *, dtype=None, axis=None, keepdims=None,
+                  out=None):
+        if out is not None:
+            raise TypeError(f"{name}(out=) cannot write into a tracegrad value; assign the result")
+        kw = {"dtype": dtype} if dtype is not None else {}
+        if dtype is not None and not takes_dtype:
+            raise TypeError(f"{name}() got an unexpected keyword argument 'dtype'")
+        return op(input, axis=dim if axis is None else axis,
+                  keepdims=keepdim if keepdims is None else keepdims, **kw)
+    reduction.__name__ = reduction.__qualname__ = name
+    reduction.__doc__ = f"torch.{name}(input, dim=None, keepdim=False)"
+    return face_method(FACE, name)(reduction)
+
+
+sum = _torch_reduction(ops.sum, "sum", True)
+mean = _torch_reduction(reductions.mean, "mean", True)
+prod = _torch_reduction(reductions.prod, "prod", True)
+nansum = _torch_reduction(reductions.nansum, "nansum", True)
+nanmean = _torch_reduction(reductions.nanmean, "nanmean", True)
+amax = _torch_reduction(reductions.amax, "amax", False)
+amin = _torch_reduction(reductions.amin, "amin", False)
+argmax = _torch_reduction(reductions.argmax, "argmax", False)
+argmin = _torch_reduction(reductions.argmin, "argmin", False)
+all = _torch_reduction(reductions.all, "all", False)
+any = _torch_reduction(reductions.any, "any", False)
+
+
+@face_method(FACE, "cross")
+def cross(input, other, dim=None):
+    """torch.cross: along ``dim``, by default the first dimension of length 3
+    (NumPy's np.cross uses the last)."""
+    if dim is None:
+        shape = input.shape if len(input.shape) >= len(other.shape) else other.shape
+        dim = next((i for i, n in enumerate(shape) if n == 3), None)
+        if dim is None:
+            raise RuntimeError(f"no dimension of size 3 in input of shape {tuple(shape)}")
+    return linalg.cross(input, other, axis=dim)
 
 _topk = collections.namedtuple("topk", ["values", "indices"])
 _kthvalue = collections.namedtuple("kthvalue", ["values", "indices"])

@@ -693,9 +693,9 @@ def _np_size(a, axis=None):
     return int(np.prod(a.shape)) if axis is None else a.shape[axis]
 
 
-@method("sum")
 @implements(np.sum)
-def sum(x, axis=None, keepdims=False, dim=None, keepdim=None, dtype=None, out=None, **kw):
+def sum(x, axis=None, dtype=None, out=None, keepdims=False, *, dim=None, keepdim=None, **kw):
+    """NumPy's sum (its argument order; torch's is tracegrad.torch_face's)."""
     if axis is None and dim is None and dtype is None and not keepdims and not keepdim \
             and is_value(x):  # the common full reduction
         return bind(sum_p, x, axis=tuple(range(len(x.shape))), keepdims=False)

@@ -765,7 +765,6 @@ def kron(a, b):
     return reshape(mul(ai, bi), tuple(x * y for x, y in zip(sa, sb)))
 
 
-@method("cross")
 @implements(np.cross)
 def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None, *, dim=None):
     """Cross product of 3-vectors along an axis."""

@@ -182,7 +182,6 @@ def _to_float(x):
     return x if dt.kind == "f" else astype(x, np.float64)
 
 
-@method("mean")
 @implements(np.mean)
 def mean(x, axis=None, dtype=None, out=None, keepdims=False, *, dim=None, keepdim=None,
          where=None):
@@ -194,7 +193,6 @@ def mean(x, axis=None, dtype=None, out=None, keepdims=False, *, dim=None, keepdi
     return div(sum(x, axis=axes, keepdims=_keep(keepdims, keepdim)), _count(x, axes))
 
 
-@method("prod")
 @implements(np.prod)
 def prod(x, axis=None, dtype=None, out=None, keepdims=False, *, dim=None, keepdim=None,
          **kw):
@@ -204,14 +202,12 @@ def prod(x, axis=None, dtype=None, out=None, keepdims=False, *, dim=None, keepdi
     return bind(prod_p, x, axis=_axes(x, axis, dim), keepdims=_keep(keepdims, keepdim))
 
 
-@method("amax")
 @implements(np.amax, np.max)
 def amax(x, axis=None, out=None, keepdims=False, *, dim=None, keepdim=None, **kw):
     """Largest element (NumPy style: an array, never indices)."""
     return bind(amax_p, x, axis=_axes(x, axis, dim), keepdims=_keep(keepdims, keepdim))
 
 
-@method("amin")
 @implements(np.amin, np.min)
 def amin(x, axis=None, out=None, keepdims=False, *, dim=None, keepdim=None, **kw):
     return bind(amin_p, x, axis=_axes(x, axis, dim), keepdims=_keep(keepdims, keepdim))
@@ -260,14 +256,12 @@ def _arg(prim, x, axis, dim, keepdims, keepdim):
     return bind(prim, x, axis=a, keepdims=_keep(keepdims, keepdim))
 
 
-@method("argmax")
 @implements(np.argmax)
 def argmax(x, axis=None, out=None, keepdims=False, *, dim=None, keepdim=None):
     """Index of the largest element (no gradient)."""
     return _arg(argmax_p, x, axis, dim, keepdims, keepdim)
 
 
-@method("argmin")
 @implements(np.argmin)
 def argmin(x, axis=None, out=None, keepdims=False, *, dim=None, keepdim=None):
     return _arg(argmin_p, x, axis, dim, keepdims, keepdim)
@@ -284,8 +278,6 @@ def any(x, axis=None, out=None, keepdims=False, *, dim=None, keepdim=None, where
     return bind(any_p, x, axis=_axes(x, axis, dim), keepdims=_keep(keepdims, keepdim))
 
 
-method("all")(lambda x, dim=None, keepdim=False, **kw: all(x, dim=dim, keepdim=keepdim, **kw))
-method("any")(lambda x, dim=None, keepdim=False, **kw: any(x, dim=dim, keepdim=keepdim, **kw))
 
 
 @implements(np.count_nonzero)
@@ -388,7 +380,6 @@ def cumprod(x, axis=None, dtype=None, out=None, *, dim=None):
     return _scan(cumprod_p, x, axis, dtype, dim)
 
 
-@method("nansum")
 @implements(np.nansum)
 def nansum(x, axis=None, dtype=None, out=None, keepdims=False, *, dim=None, keepdim=None):
     """Sum treating NaN as zero (NaN entries get zero gradient)."""
@@ -396,7 +387,6 @@ def nansum(x, axis=None, dtype=None, out=None, keepdims=False, *, dim=None, keep
                keepdims=_keep(keepdims, keepdim), dtype=dtype)
 
 
-@method("nanmean")
 @implements(np.nanmean)
 def nanmean(x, axis=None, dtype=None, out=None, keepdims=False, *, dim=None, keepdim=None):
     """Mean over the non-NaN entries."""
