@@ -8,6 +8,7 @@ this module gives the others NumPy's meaning:
 
 ==================  ===========================================================
 ``x.size``          the number of elements (an int, not a method)
+``x.flat``          the elements in C order (``x.flat[i]``)
 ``x.std/var()``     ``ddof=0`` (the population statistic)
 ``x.max/min()``     the extreme values along ``axis`` (an array, never indices)
 ``x.repeat(n)``     each element repeated (``axis=None``: of the flattened array)
@@ -46,6 +47,13 @@ for _name, _fn in {"sum": ops.sum, "mean": reductions.mean, "prod": reductions.p
                    "argmin": reductions.argmin, "all": reductions.all, "any": reductions.any,
                    "nansum": reductions.nansum, "nanmean": reductions.nanmean}.items():
     face_method(FACE, _name)(_fn)
+@face_method(FACE, "flat")
+@property
+def flat(x):
+    """x.flat as a flattened view: x.flat[i] reads element i in C order."""
+    return ops.reshape(x, (-1,))
+
+
 face_method(FACE, "std")(reductions.std)
 face_method(FACE, "var")(reductions.var)
 face_method(FACE, "max")(reductions.amax)
