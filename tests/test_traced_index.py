@@ -336,3 +336,17 @@ def test_global_assignment_and_nonlocal_state_in_a_traced_function():
     tg.grad(f)(W, 0)
     tg.grad(f)(W, 1)
     assert calls[0] == 1  # one trace, the list mutated in place
+
+
+TRACES_SEEN = 0
+
+
+def test_a_global_the_traced_function_assigns_reaches_the_module():
+    def f(w, i):
+        global TRACES_SEEN
+        TRACES_SEEN += 1            # a side effect at trace time, as without tracing
+        return np.sum(DATA[i] * w)
+    before = TRACES_SEEN
+    tg.grad(f)(W, 0)
+    assert TRACES_SEEN == before + 1
+    assert type(DATA) is np.ndarray   # the module's array stays itself

@@ -658,6 +658,16 @@ class _IndexableGlobals(dict):
     def __contains__(self, key):
         return dict.__contains__(self, key) or key in self._base
 
+    def write_back(self):
+        """Globals the traced function assigned (``global n; n += 1``) reach
+        the module, as they would without tracing; an array view stands for
+        the array it views."""
+        views = {id(w): v for w, v in self._memo.values() if isinstance(w, IndexableArray)} \
+            if self._memo else {}
+        for key, value in dict.items(self):
+            if key not in ("__builtins__", "__name__"):
+                self._base[key] = views.get(id(value), value)
+
 
 def _with_indexable(fn, memo, depth=0):
     if depth > 4:
@@ -675,7 +685,9 @@ def _with_indexable(fn, memo, depth=0):
     if closure:  # new cells only for arrays: nonlocal counters keep their own cell
         closure = tuple(types.CellType(_indexable(c.cell_contents, memo))
                         if _cell_holds_array(c) else c for c in closure)
-    new = types.FunctionType(fn.__code__, _IndexableGlobals(fn.__globals__, memo),
+    scope = _IndexableGlobals(fn.__globals__, memo)
+    memo.setdefault("scopes", []).append(scope)
+    new = types.FunctionType(fn.__code__, scope,
                              fn.__name__, fn.__defaults__ and tuple(
                                  _indexable(d, memo) for d in fn.__defaults__), closure)
     new.__kwdefaults__ = fn.__kwdefaults__ and {k: _indexable(v, memo)
@@ -700,4 +712,16 @@ def indexable_constants(fn):
     ``np.take(data, idx)`` record graph nodes when the index is traced.
     Arrays reached in other ways (an attribute, another module) stay plain
     ndarrays: pass those as arguments to index them by traced values."""
-    return _with_indexable(fn, {})
+    memo = {}
+    traced = _with_indexable(fn, memo)
+    scopes = memo.pop("scopes", ())
+    if not scopes:
+        return fn
+
+    def call(*args, **kwargs):
+        try:
+            return traced(*args, **kwargs)
+        finally:
+            for scope in scopes:
+                scope.write_back()
+    return call
