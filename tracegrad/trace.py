@@ -16,6 +16,7 @@ import hashlib
 import operator
 import os
 import sys
+import weakref
 
 import numpy as np
 
@@ -68,7 +69,7 @@ class Tracer(ArrayMethods):
     """A symbolic array inside a trace.  Its face ("numpy" or "torch") is the
     dialect of the argument it stands for, or of the first traced operand
     of the op that made it; names whose meaning differs follow it."""
-    __slots__ = ("_trace", "id", "shape", "dtype", "_face")
+    __slots__ = ("_trace", "id", "shape", "dtype", "_face", "__weakref__")
 
     def __init__(self, trace, id, aval, face="numpy"):
         self._trace = trace
@@ -180,8 +181,8 @@ class Tracer(ArrayMethods):
         return astype(self, dtype)
 
     def _copy(self):
-        """A copy: the same (immutable) node under a new Python object, so an
-        in-place update of one name does not reach the other."""
+        """NumPy's copy: the same (immutable) node as another array object,
+        which in-place updates and views of the original do not reach."""
         return Tracer(self._trace, self.id, self.aval, self._face)
 
     # In-place arithmetic updates the value every name bound to it sees, as
@@ -204,7 +205,7 @@ class Tracer(ArrayMethods):
         """Make this value ``value`` for every name bound to it (NumPy's
         in-place update); refused where NumPy would write through a view."""
         T = self._trace
-        if self.id in T.aliased:
+        if T.shares_memory(self):
             loc = _user_frame()
             where = f"{loc[0]}, line {loc[1]}" if loc else "your function"
             src = _source_line(loc)
@@ -287,9 +288,10 @@ class Trace:
         self.outputs: list[int] = []
         self.backend = backend
         self._cse = {}
-        # nodes that share memory with another in NumPy's meaning (views and
-        # the values they were taken of): in-place updates of them are refused
-        self.aliased = set()
+        # values that share memory with another in NumPy's meaning (views and
+        # the arrays they were taken of), by object as NumPy's arrays are:
+        # in-place updates of them are refused.  id -> weak reference.
+        self._aliased = {}
         self._consts = {}
         # While a transform applies a node's rule, the nodes it records are
         # attributed to that node's source line: (loc, "backward of %3 mul").
@@ -349,8 +351,10 @@ class Trace:
             # a fresh Tracer: an in-place update of one result must not
             # change another name's (a = sin(x); b = sin(x); b += 1)
             if type(hit) is int:
-                return Tracer(self, hit, self.nodes[hit].aval, face)
-            return tuple(Tracer(self, i, self.nodes[i].aval, face) for i in hit)
+                result = Tracer(self, hit, self.nodes[hit].aval, face)
+            else:
+                result = tuple(Tracer(self, i, self.nodes[i].aval, face) for i in hit)
+            return self._note_views(prim, args, result)
         in_avals = [self.nodes[i].aval for i in ids]
         try:
             aval = (prim.shape or _shape_by_eval(prim))(*in_avals, **attrs)
@@ -378,10 +382,20 @@ class Trace:
                 outs.append(Tracer(self, p.id, aval[i], face))
             result = tuple(outs)
             self._cse[key] = tuple(o.id for o in outs)
+        return self._note_views(prim, args, result)
+
+    def _note_views(self, prim, args, result):
+        """A view's result and its operands share memory from now on."""
         if prim.aliases_operands:
-            self.aliased.update(ids)
-            self.aliased.update([result.id] if prim.n_out == 1 else [o.id for o in result])
+            for v in (*args, *(result if type(result) is tuple else (result,))):
+                if type(v) is Tracer:
+                    self._aliased[id(v)] = weakref.ref(v)
         return result
+
+    def shares_memory(self, value):
+        """Is this traced value a view, or one a view was taken of?"""
+        ref = self._aliased.get(id(value))
+        return ref is not None and ref() is value
 
     # --- reading --------------------------------------------------------------------
     def input_names_behind(self, nid):
