@@ -300,6 +300,16 @@ CASES += [
          id="searchsorted-scalar"),
 ]
 
+# tracegrad/ops/special.py (tracegrad.scipy.special): gammaln, polygamma (n=0 is
+# digamma; its vjp is the n+1 row), erfinv.
+CASES += [
+    Case("gammaln", [Rand((3, 4), -3.7, 6.0)]),
+    Case("polygamma", [Rand((3, 4), -3.7, 6.0)], {"n": 0}, id="polygamma-digamma"),
+    Case("polygamma", [Rand((3, 4), 0.3, 6.0)], {"n": 1}, id="polygamma-1"),
+    Case("polygamma", [Rand((3, 4), 0.3, 6.0)], {"n": 3}, id="polygamma-3"),
+    Case("erfinv", [U(3, 4)]),
+]
+
 
 # --- helpers ---------------------------------------------------------------------------------
 
