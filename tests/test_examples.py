@@ -75,3 +75,12 @@ def test_standalone_compile_and_use(tmp_path):
     assert len(ls) >= 3 and ls[-1] < ls[0] / 2
     assert "a float32 weight vector is refused: loss(): argument 'w' must be float64[5], " \
            "got float32[5]" in out
+
+
+def test_bayesian_regression_vi(tmp_path):
+    out = run_example("bayesian_regression_vi.py", tmp_path)
+    elbos = [float(v) for v in re.findall(r"elbo\s+(-?[0-9.]+)", out)]
+    assert len(elbos) >= 5 and elbos[-1] > elbos[0] + 50      # the bound rises
+    assert len(set(elbos[1:])) > 1                            # fresh Monte Carlo draws per call
+    err = float(re.search(r"largest mean error ([0-9.]+)", out).group(1))
+    assert err < 0.05                                         # the exact posterior mean
