@@ -186,8 +186,11 @@ def test_replay_keeps_signed_zeros_of_a_broadcast_subtraction():
         assert a.tobytes() == b.tobytes(), (a, b)
 
 
-@pytest.mark.xfail(strict=True, reason="replay: out= into a Fortran-ordered buffer changes "
-                   "the memory order a later sum reduces in: last-bit differences")
+# Not strict: whether the two memory orders round differently depends on the
+# CPU's SIMD width in NumPy's pairwise sum (it differs on some of our machines
+# and not on others, with the same NumPy).
+@pytest.mark.xfail(strict=False, reason="replay: out= into a Fortran-ordered buffer changes "
+                   "the memory order a later sum reduces in: last-bit differences on some CPUs")
 def test_replay_sums_in_the_interpreters_order_after_a_transpose():
     x0 = np.array([[0.094, -1.492, 0.947], [-0.336, -1.079, 1.039], [1.079, 0.361, 1.286]])
     w = np.linspace(-1.75, -0.25, 9).reshape(3, 3)
