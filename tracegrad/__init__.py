@@ -45,6 +45,7 @@ _LAZY = {
     "jacrev": "tracegrad.api", "jacfwd": "tracegrad.api", "hessian": "tracegrad.api",
     "cache_info": "tracegrad.cache", "clear_cache": "tracegrad.cache",
     "TraceError": "tracegrad.trace", "testing": None,
+    "nn": None,  # tracegrad.nn.functional, torch.nn.functional's meaning
 }
 
 
