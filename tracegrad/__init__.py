@@ -25,6 +25,8 @@ from tracegrad.torch_face import (std, var, max, min, sort, split, transpose,  #
 from tracegrad import autograd
 from tracegrad.autograd import (no_grad, enable_grad, set_grad_enabled, inference_mode,
                                 is_grad_enabled, is_inference_mode_enabled)
+# torch.cuda / torch.accelerator / torch.backends queries (CuPy loads on a query)
+from tracegrad import cuda, accelerator, backends  # noqa: F401
 
 # dtype names as in torch (float is float32, double is float64)
 float16 = half = _np.dtype("float16")
@@ -46,6 +48,7 @@ _LAZY = {
     "cache_info": "tracegrad.cache", "clear_cache": "tracegrad.cache",
     "TraceError": "tracegrad.trace", "testing": None,
     "nn": None,  # tracegrad.nn.functional, torch.nn.functional's meaning
+    "func": None,  # torch.func (grad, vjp, jvp, jacrev, vmap, ...) on the compiler
 }
 
 
