@@ -10,6 +10,10 @@ Workloads (value and gradient unless said otherwise):
   W5  a fresh process from start to the first W3 gradient, with an empty
       cache and then with a warm disk cache
 
+"tracegrad native" is the native CPU target (backend="native": C kernels
+built by the C compiler, docs/native.md); W5 reports its cold and warm
+start in seconds on the last line.
+
 Each candidate is timed in rounds interleaved with hand-written NumPy and
 printed as the median over rounds of its time / NumPy's time in the same
 round, so load that drifts during the run cancels out of the ratios.  torch eager, jax.jit and HIPS
@@ -163,6 +167,8 @@ def w1():
     x = np.random.default_rng(0).standard_normal(16)
     vg = tg.value_and_grad(rosen)
     entries = {"tracegrad": lambda: vg(x)}
+    vn = tg.value_and_grad(rosen, backend="native")
+    entries["tracegrad native"] = lambda: vn(x)
     xt = tg.tensor(x, requires_grad=True)
 
     def eager():
@@ -195,6 +201,8 @@ def w2(n):
     x, y = rng.standard_normal(n), rng.standard_normal(n)
     vg = tg.value_and_grad(chain, argnums=(0, 1))
     entries = {"tracegrad": lambda: vg(x, y)}
+    vn = tg.value_and_grad(chain, argnums=(0, 1), backend="native")
+    entries["tracegrad native"] = lambda: vn(x, y)
     xt, yt = tg.tensor(x, requires_grad=True), tg.tensor(y, requires_grad=True)
 
     def eager():
@@ -230,6 +238,8 @@ def w3():
     args = mlp_args()
     vg = tg.value_and_grad(mlp, argnums=(0, 1, 2, 3))
     entries = {"tracegrad": lambda: vg(*args)}
+    vn = tg.value_and_grad(mlp, argnums=(0, 1, 2, 3), backend="native")
+    entries["tracegrad native"] = lambda: vn(*args)
     ts = [tg.tensor(a, requires_grad=i < 4) for i, a in enumerate(args)]
 
     def eager():
@@ -262,6 +272,9 @@ def w4():
     H = h(x, A)
     np.testing.assert_allclose(H, lse_quad_hessian_by_hand(x, A), rtol=1e-8, atol=1e-10)
     entries = {"tracegrad": lambda: h(x, A)}
+    hn = tg.hessian(lse_quad, backend="native")
+    np.testing.assert_allclose(hn(x, A), H, rtol=1e-10, atol=1e-12)
+    entries["tracegrad native"] = lambda: hn(x, A)
     if torch is not None:
         At = torch.tensor(A)
         xt = torch.tensor(x)
@@ -286,11 +299,13 @@ args = (rng.standard_normal((64, 256)) * 0.1, np.zeros(256), rng.standard_normal
 """
 
 W5_SCRIPT = _W5_COMMON + """
+import os
 import tracegrad as tg
 def mlp(W1, b1, W2, b2, X, Y):
     h = np.tanh(X @ W1 + b1)
     return np.mean((h @ W2 + b2 - Y) ** 2)
-g = tg.value_and_grad(mlp, argnums=(0, 1, 2, 3))(*args)
+g = tg.value_and_grad(mlp, argnums=(0, 1, 2, 3),
+                      backend=os.environ.get("W5_BACKEND") or None)(*args)
 print(time.perf_counter() - t0)
 """
 
@@ -330,6 +345,12 @@ def w5():
            "tracegrad cold cache": statistics.median(cold) / numpy_t,
            "tracegrad warm cache": warm / numpy_t,
            "cold_s": statistics.median(cold), "warm_s": warm}
+    # the native target: the C build is part of the cold start
+    native_env = dict(base_env, W5_BACKEND="native")
+    with tempfile.TemporaryDirectory() as d:
+        out["native cold_s"] = _process_time(W5_SCRIPT, dict(native_env, TRACEGRAD_CACHE_DIR=d),
+                                             repeats=1)
+        out["native warm_s"] = _process_time(W5_SCRIPT, dict(native_env, TRACEGRAD_CACHE_DIR=d))
     return out
 
 
@@ -337,7 +358,8 @@ def print_table(rows):
     cols = []
     for r in rows:
         for k in r:
-            if k not in ("workload", "numpy_s", "cold_s", "warm_s", "samples") and k not in cols:
+            if k not in ("workload", "numpy_s", "cold_s", "warm_s", "samples", "native cold_s",
+                         "native warm_s") and k not in cols:
                 cols.append(k)
     head = f"| {'workload':36s} | {'NumPy (s)':>10s} | " + " | ".join(f"{c:>16s}" for c in cols) + " |"
     print(head)
@@ -353,7 +375,8 @@ def print_table(rows):
     for r in rows:
         if "cold_s" in r:
             print(f"W5 absolute: cold {r['cold_s']:.3f} s, warm {r['warm_s']:.3f} s, "
-                  f"NumPy alone {r['numpy_s']:.3f} s")
+                  f"NumPy alone {r['numpy_s']:.3f} s; native target: cold "
+                  f"{r['native cold_s']:.3f} s, warm {r['native warm_s']:.3f} s")
 
 
 def main():

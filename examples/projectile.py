@@ -1,12 +1,16 @@
-"""Aim a cannon through a simulation: gradients of a NumPy time-stepping loop.
+"""Aim a cannon through a long simulation: gradients through a loop node.
 
     python examples/projectile.py [--small]
 
-A projectile with quadratic air drag is stepped with explicit Euler in a
-plain Python loop.  tg.value_and_grad differentiates the whole rollout (the
-loop is unrolled while tracing; the number of steps is a static argument)
-with respect to the launch velocity, and gradient descent finds the velocity
-that lands the projectile on the target at the final time.
+A projectile with quadratic air drag is stepped with explicit Euler for
+thousands of steps.  The time stepping is written with ``tg.fori_loop``, so
+it becomes ONE node of the graph whose body (a dozen NumPy ops) is traced
+once: compiling takes the same time for 100 or 100,000 steps, and the
+generated code is a Python ``for`` loop over the body's NumPy code (its
+reverse mode a second loop, backwards over the stored states).
+tg.value_and_grad differentiates the whole rollout with respect to the
+launch velocity, and gradient descent finds the velocity that lands the
+projectile on the target at the final time.
 """
 import argparse
 import os
@@ -19,22 +23,21 @@ GRAVITY = np.array([0.0, -9.81])
 
 
 def simulate(v0, drag, n_steps, dt):
-    """Positions of the projectile launched from the origin with velocity v0."""
-    x = np.zeros(2)
-    v = v0
-    path = []
-    for _ in range(n_steps):
+    """Final position and velocity of the projectile launched from the origin
+    with velocity v0.  Runs eagerly on NumPy arrays too."""
+    def step(i, state):
+        x, v = state
         speed = np.sqrt(np.sum(v * v))
         a = GRAVITY - drag * speed * v
         v = v + dt * a
         x = x + dt * v
-        path.append(x)
-    return np.stack(path)
+        return (x, v)
+    return tg.fori_loop(0, n_steps, step, (np.zeros(2), v0))
 
 
 def miss(v0, target, drag, n_steps, dt):
     """Squared distance between the final position and the target."""
-    final = simulate(v0, drag, n_steps, dt)[-1]
+    final, _ = simulate(v0, drag, n_steps, dt)
     d = final - target
     return np.sum(d * d)
 
@@ -44,7 +47,7 @@ def main():
     ap.add_argument("--small", action="store_true", default=bool(os.environ.get("TRACEGRAD_SMALL")),
                     help="a CI-sized run (also: TRACEGRAD_SMALL=1)")
     args = ap.parse_args()
-    n_steps, iters = (50, 60) if args.small else (200, 200)
+    n_steps, iters = (2000, 60) if args.small else (20000, 200)
     dt = 2.0 / n_steps
     target, drag = np.array([12.0, 2.0]), 0.05
 
@@ -57,7 +60,7 @@ def main():
         if i % (iters // 5) == 0:
             print(f"iteration {i:3d}  miss distance {np.sqrt(d2):8.4f} m  v0 = {np.round(v0, 3)}")
         v0 = v0 - lr * g
-    final = simulate(v0, drag, n_steps, dt)[-1]
+    final, _ = simulate(v0, drag, n_steps, dt)
     print(f"launch velocity {np.round(v0, 3)} m/s lands at {np.round(final, 3)}; "
           f"target {target}")
 

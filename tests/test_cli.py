@@ -362,3 +362,28 @@ def test_usage_errors_exit_2():
     r = cli("compile", "model.py:two", "--grad", "--hessian")
     assert r.returncode == 2 and "not allowed with" in r.stderr
     assert cli("frobnicate").returncode == 2
+
+
+def test_native_backend_module_builds_itself_without_tracegrad(work):
+    from tracegrad import codegen_c
+    if codegen_c.recipe_or_none() is None:
+        pytest.skip("the native target needs a C compiler")
+    import model
+    rng = np.random.default_rng(3)
+    w, x, y = rng.normal(size=(3, 2)), rng.normal(size=(5, 3)), rng.normal(size=(5, 2))
+    out = work / "out"
+    out.mkdir()
+    r = cli("compile", "model.py:loss", "--arg", "w=float64[3,2]", "--arg", "x=float64[5,3]",
+            "--arg", "y=float64[5,2]", "--grad", "--backend", "native",
+            "-o", str(out / "loss_native.py"))
+    assert r.returncode == 0, r.stderr
+    text = (out / "loss_native.py").read_text()
+    assert 'TARGET = "native"' in text and "_RECIPE = None" in text
+    assert "void tg_k0(" in (out / "loss_native.c").read_text()
+    results = run_standalone(work, [("loss_native", "loss", (w, x, y))])
+    assert_tree_close(results["loss_native"], tg.grad(model.loss)(w, x, y))
+    assert [p for p in os.listdir(out) if p.endswith(".so")]   # built on first import
+    r = cli("show", "model.py:loss", "--arg", "w=float64[3,2]", "--arg", "x=float64[5,3]",
+            "--arg", "y=float64[5,2]", "--grad", "--format", "c")
+    assert r.returncode == 0, r.stderr
+    assert "#pragma omp simd" in r.stdout and "void tg_k0(" in r.stdout

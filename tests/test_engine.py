@@ -425,5 +425,7 @@ def test_training_loop_does_not_grow():
     tensors_after = sum(isinstance(o, (tg.Tensor, Node)) for o in gc.get_objects())
     assert len(nodes) == 0  # every step's graph is gone (tracked every 100th step)
     assert tensors_before >= 4 and tensors_after == tensors_before  # nothing outlives its step
-    assert abs(objects_after - objects_before) < 50, (objects_before, objects_after)
+    # Growth is the leak; earlier tests' entries evicted from bounded tables
+    # during the loop may free objects (the count may fall).
+    assert objects_after - objects_before < 50, (objects_before, objects_after)
     assert last < first

@@ -207,10 +207,18 @@ def test_check_batched_grad():
 
 def test_unsupported_modes_say_so():
     x = tg.tensor([0.5], requires_grad=True)
-    with pytest.raises(NotImplementedError, match="no forward-mode AD"):
-        gradcheck(lambda t: t * 2, (x,), check_forward_ad=True)
+    with pytest.raises(NotImplementedError, match="no batched forward-mode AD"):
+        gradcheck(lambda t: t * 2, (x,), check_forward_ad=True, check_batched_forward_grad=True)
     with pytest.raises(NotImplementedError, match="no sparse tensors"):
         gradcheck(lambda t: t * 2, (x,), check_sparse_nnz=True)
+
+
+def test_check_forward_ad_compares_forward_mode_with_finite_differences():
+    x = tg.tensor([0.5, -1.25, 2.0], dtype=tg.float64, requires_grad=True)
+    assert gradcheck(lambda t: (t * t).sin() * t.exp(), (x,), check_forward_ad=True)
+    assert gradcheck(lambda t: t.tanh(), (x,), check_forward_ad=True, check_backward_ad=False)
+    with pytest.raises(ValueError, match="nothing to check"):
+        gradcheck(lambda t: t * 2, (x,), check_forward_ad=False, check_backward_ad=False)
 
 
 def test_numerical_jacobian_values():

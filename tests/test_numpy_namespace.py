@@ -69,3 +69,13 @@ def test_float_of_a_zero_d_value_works_eagerly_and_says_what_to_do_when_traced()
 def test_ragged_lists_are_numpys_error():
     with pytest.raises(ValueError, match="inhomogeneous"):
         tg.compile(lambda x: np.array([x, x[:2]]))(X)
+
+
+@pytest.mark.parametrize("compile", [True, False])
+def test_full_with_a_differentiated_fill_value(compile):
+    def f(x):
+        return np.sum(np.full((2, 3), x[0]) * np.arange(6.0).reshape(2, 3)) + np.sum(
+            np.full(3, x, dtype=onp.float64) ** 2)
+    onp.testing.assert_allclose(tg.grad(f, compile=compile)(X), _fd(f, X), rtol=1e-6)
+    onp.testing.assert_array_equal(np.full((2, 2), 1.5), onp.full((2, 2), 1.5))
+    assert np.full(3, 2, dtype=onp.int32).dtype == onp.int32

@@ -308,6 +308,20 @@ CASES += [
     Case("polygamma", [Rand((3, 4), 0.3, 6.0)], {"n": 1}, id="polygamma-1"),
     Case("polygamma", [Rand((3, 4), 0.3, 6.0)], {"n": 3}, id="polygamma-3"),
     Case("erfinv", [U(3, 4)]),
+    # Bessel functions (static order), incomplete gamma / beta (vjp in x only:
+    # the parameters are constants here, as in SciPy and autograd)
+    Case("bessel_j", [Rand((3, 4), -12.0, 12.0)], {"n": 0}, id="bessel_j-0"),
+    Case("bessel_j", [Rand((3, 4), -12.0, 12.0)], {"n": 3}, id="bessel_j-3"),
+    Case("bessel_y", [Rand((3, 4), 0.3, 12.0)], {"n": 0}, id="bessel_y-0"),
+    Case("bessel_y", [Rand((3, 4), 0.3, 12.0)], {"n": 2}, id="bessel_y-2"),
+    Case("bessel_ive", [Rand((3, 4), -8.0, 60.0)], {"v": 1.0}, id="bessel_ive-1"),
+    Case("bessel_ive", [Rand((3, 4), 0.2, 8.0)], {"v": 0.5}, id="bessel_ive-half"),
+    Case("gammainc", [Const(np.array([[0.7], [2.5], [9.0]])), Rand((3, 4), 0.1, 12.0)],
+         {"upper": False}, id="gammainc-lower", f32=False),
+    Case("gammainc", [Const(np.array([0.5, 1.0, 3.0, 20.0])), Rand((3, 4), 0.1, 25.0)],
+         {"upper": True}, id="gammainc-upper", f32=False),
+    Case("betainc", [Const(np.array([[0.6], [2.0], [5.0]])), Const(np.array([0.8, 1.5, 3.0, 7.0])),
+                     Rand((3, 4), 0.05, 0.95)], id="betainc", f32=False),
 ]
 
 
@@ -388,6 +402,10 @@ TESTED_ELSEWHERE = {
     "custom_vjp",
     # device moves need a GPU (or the CuPy stand-in): tests/test_cuda_device.py
     "to_device",
+    # control flow carries subgraphs, not arrays drawn at random: their values
+    # and derivatives are checked against unrolled loops and finite
+    # differences in tests/test_loops.py
+    "cond", "scan", "while", "while_fwd", "while_bwd",
 }
 
 

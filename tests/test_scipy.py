@@ -80,6 +80,44 @@ CASES = {
     "chi2.logpdf": (tst.chi2.logpdf, ss.chi2.logpdf, [U(0.1, 5, 3, 4), U(0.5, 6, 4)],
                     [0, 1], 1e-12),
     "chi2.pdf": (tst.chi2.pdf, ss.chi2.pdf, [U(0.1, 5, 3, 4), U(0.5, 6, 4)], [0, 1], 1e-12),
+    # Bessel functions (static orders), incomplete gamma / beta (x only), gammasgn
+    "j0": (tsp.j0, sp.j0, [U(-30, 30, 3, 4)], [0], 1e-12),
+    "j1": (tsp.j1, sp.j1, [U(-30, 30, 3, 4)], [0], 1e-12),
+    "jn3": (lambda x: tsp.jn(3, x), lambda x: sp.jn(3, x), [U(-15, 15, 3, 4)], [0], 1e-12),
+    "jn-large-order": (lambda x: tsp.jn(25, x), lambda x: sp.jn(25, x), [U(0.5, 40, 6)], [0],
+                       1e-11),
+    "y0": (tsp.y0, sp.y0, [U(0.05, 40, 3, 4)], [0], 1e-12),
+    "y1": (tsp.y1, sp.y1, [U(0.05, 40, 3, 4)], [0], 1e-12),
+    "yn4": (lambda x: tsp.yn(4, x), lambda x: sp.yn(4, x), [U(0.5, 20, 3, 4)], [0], 1e-12),
+    "i0": (tsp.i0, sp.i0, [U(-8, 8, 3, 4)], [0], 1e-13),        # FD needs small values
+    "i1": (tsp.i1, sp.i1, [U(-8, 8, 3, 4)], [0], 1e-13),
+    "i0e": (tsp.i0e, sp.i0e, [U(-80, 80, 3, 4)], [0], 1e-13),
+    "i1e": (tsp.i1e, sp.i1e, [U(-80, 80, 3, 4)], [0], 1e-13),
+    "iv2.5": (lambda x: tsp.iv(2.5, x), lambda x: sp.iv(2.5, x), [U(0.1, 8, 3, 4)], [0], 1e-12),
+    "ive0.3": (lambda x: tsp.ive(0.3, x), lambda x: sp.ive(0.3, x), [U(0.1, 90, 3, 4)], [0],
+               1e-12),
+    "gammainc": (tsp.gammainc, sp.gammainc, [C(np.array([0.3, 1.0, 4.5, 30.0])),
+                                             U(0.05, 40, 3, 4)], [1], 1e-12),
+    "gammaincc": (tsp.gammaincc, sp.gammaincc, [C(np.array([[0.3], [2.0], [12.0]])),
+                                                U(0.05, 30, 3, 4)], [1], 1e-12),
+    "betainc": (tsp.betainc, sp.betainc, [C(np.array([[0.4], [2.0], [9.0]])),
+                                          C(np.array([0.7, 1.0, 3.0, 6.0])),
+                                          U(0.01, 0.99, 3, 4)], [2], 1e-12),
+    "norm.sf": (tst.norm.sf, ss.norm.sf, [U(-3, 3, 3, 4), U(-1, 1, 4), U(0.5, 2, 3, 1)],
+                [0, 1, 2], 1e-12),
+    "norm.logsf": (tst.norm.logsf, ss.norm.logsf, [U(-3, 3, 3, 4)], [0], 1e-12),
+    "t.cdf": (tst.t.cdf, ss.t.cdf, [U(-4, 4, 3, 4), C(np.array([1.0, 2.5, 7.0, 30.0])),
+                                   U(-1, 1, 3, 1), U(0.5, 2)], [0, 2, 3], 1e-12),
+    "t.cdf-at-loc": (tst.t.cdf, ss.t.cdf, [C(np.array([0.0, 1.0])), C(3.0)], [0], 1e-14),
+    "t.logcdf": (tst.t.logcdf, ss.t.logcdf, [U(-4, 4, 3, 4), C(4.0)], [0], 1e-12),
+    "poisson.cdf": (tst.poisson.cdf, ss.poisson.cdf,
+                    [C(np.array([[-1.0], [0.0], [2.5], [7.0]])), U(0.5, 6, 3)], [1], 1e-12),
+    "gamma.cdf": (tst.gamma.cdf, ss.gamma.cdf, [U(0.1, 8, 3, 4), C(np.array([0.5, 1, 2, 5.0])),
+                                               C(0.0), U(0.5, 2, 3, 1)], [0, 3], 1e-12),
+    "beta.cdf": (tst.beta.cdf, ss.beta.cdf, [U(0.02, 0.98, 3, 4), C(np.array([0.5, 1, 2, 5.0])),
+                                             C(np.array([[0.7], [2.0], [4.0]]))], [0], 1e-12),
+    "chi2.cdf": (tst.chi2.cdf, ss.chi2.cdf, [U(0.1, 12, 3, 4), C(np.array([1.0, 2, 3, 9]))],
+                 [0], 1e-12),
 }
 
 
@@ -172,6 +210,48 @@ def test_gradients_match_finite_differences(name, mode):
             g = (g + g.T) / 2
             fd = (fd + fd.T) / 2
         np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-6, err_msg=f"operand {i}")
+
+
+@pytest.mark.parametrize("mode", ["compiled", "eager"])
+def test_no_derivative_in_shape_parameters(mode):
+    """SciPy has no derivative of gammainc / betainc in a, b (autograd gives
+    a silent zero): asking for one is an error naming what to do."""
+    x = np.array([0.3, 0.6])
+    cases = [(lambda a: tg.sum(tsp.gammainc(a, x)), np.array([1.5, 2.0])),
+             (lambda b: tg.sum(tsp.betainc(2.0, b, x)), np.array([1.5, 2.0])),
+             (lambda df: tg.sum(tst.t.cdf(x, df)), np.array([3.0, 4.0]))]
+    for f, p in cases:
+        with pytest.raises(NotImplementedError, match="derivative with respect to"):
+            if mode == "compiled":
+                tg.grad(f)(p)
+            else:
+                t = tg.tensor(p, requires_grad=True)
+                f(t).backward()
+
+
+def test_bessel_order_must_be_static_integer():
+    with pytest.raises(NotImplementedError, match="static integer"):
+        tsp.jn(1.5, np.ones(2))
+    with pytest.raises(ValueError, match="negative order"):
+        tsp.ive(-0.5, np.ones(2))
+
+
+def test_gammasgn():
+    x = np.array([-3.5, -2.5, -1.5, -0.5, 0.5, 2.0, -2.0, 0.0, -0.0, np.inf, -np.inf, np.nan])
+    np.testing.assert_array_equal(np.asarray(tsp.gammasgn(x)), sp.gammasgn(x))
+    g = tg.grad(lambda v: tg.sum(tsp.gammasgn(v) * v))(x[:6])   # d/dx (sgn * x) = sgn
+    np.testing.assert_array_equal(g, sp.gammasgn(x[:6]))
+
+
+def test_special_functions_at_the_edges():
+    np.testing.assert_allclose(tsp.j0(np.array([0.0, np.inf])), [1.0, 0.0])
+    assert np.isneginf(tsp.y0(np.array([0.0])))[0] and np.isnan(tsp.y1(np.array([-1.0])))[0]
+    np.testing.assert_allclose(tsp.gammainc(2.0, np.array([0.0, np.inf])), [0.0, 1.0])
+    np.testing.assert_allclose(tsp.betainc(2.0, 3.0, np.array([0.0, 1.0])), [0.0, 1.0])
+    assert np.isnan(tsp.betainc(2.0, 3.0, np.array([1.5])))[0]
+    # digamma at the positive integers (was -inf at 1 once): -gamma, 1 - gamma
+    np.testing.assert_allclose(tsp.digamma(np.array([1.0, 2.0])), sp.digamma([1.0, 2.0]),
+                               rtol=1e-14)
 
 
 def test_errors():

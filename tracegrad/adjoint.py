@@ -106,7 +106,39 @@ def reverse(g, wrt, seed="input", keep_outputs=True):
             ct_env[v] = add(ct_env[v], ct) if v in ct_env else ct
     cts = backward_sweep(g, T, env, xs, ct_env, wrt)
     T.outputs = [T.operand(r) for r in (list(outs) if keep_outputs else []) + cts]
-    return ir.from_trace(T)
+    return share_loop_forward(ir.from_trace(T))
+
+
+def share_loop_forward(g):
+    """A loop's vjp reruns it recording its carries (a ``scan`` whose body
+    has the carries as extra outputs, or ``while_fwd``); the rerun's leading
+    outputs ARE the loop's outputs, so the loop's readers read them there
+    and the forward runs once (the original node is removed)."""
+    def sig(v, d, op, body_key):
+        a = dict(d["attrs"])
+        a.pop("body", None)
+        return (op, tuple(ir.operands(g, v)), body_key, tuple(sorted(a.items())))
+
+    originals = {}
+    for v, d in g.nodes(data=True):
+        if d["op"] in ("scan", "while"):
+            originals[sig(v, d, d["op"], d["attrs"]["body"].key)] = v
+    for v, d in list(g.nodes(data=True)):
+        if d["op"] == "scan" and "+stack" in d["attrs"]["body"].key:
+            key = sig(v, d, "scan", d["attrs"]["body"].key.rsplit("+stack", 1)[0])
+        elif d["op"] == "while_fwd":
+            key = sig(v, d, "while", d["attrs"]["body"].key)
+        else:
+            continue
+        orig = originals.get(key)
+        if orig is None or orig in g.graph["outputs"]:
+            continue
+        for _, p, k in list(g.out_edges(orig, keys=True)):
+            g.remove_edge(orig, p, key=k)
+            g.add_edge(v, p, key=0, pos=0)
+        if g.out_degree(orig) == 0:
+            g.remove_node(orig)
+    return g
 
 
 def backward_sweep(g, T, env, xs, ct_env, wrt, active=None):
@@ -138,10 +170,10 @@ def backward_sweep(g, T, env, xs, ct_env, wrt, active=None):
             slots[i] = ct if slots[i] is None else add(slots[i], ct)
             continue
         prim = primitives.get(op)
+        T.loc_override = _derived_loc(d, v, "backward")
         if d.get("avals") is not None:
             ct = tuple(c if c is not None else _zeros(T, o) for c, o in zip(ct, env[v]))
         needs = [u in active for u in ops]
-        T.loc_override = _derived_loc(d, v, "backward")
         cts = vjp_apply(prim, d["attrs"], ct, env[v] if prim.save_out else None,
                         [env[u] for u in ops], [ir.aval(g, u) for u in ops], needs)
         for u, c in zip(ops, cts):
@@ -338,3 +370,38 @@ def hessian(g, wrt):
     over ``wrt``."""
     grad_g = reverse(g, wrt, seed="ones", keep_outputs=False)
     return jacobian(grad_g, wrt, mode="fwd")
+
+
+# --- loop and branch bodies (tracegrad.ops.control) ------------------------------------
+# The op layer's control-flow rows differentiate their bodies with the
+# transforms above: a body is a small graph, its vjp and jvp are graphs too,
+# traced back into Bodies.
+
+def graph_body(g):
+    """A graph as a ``Body`` (the form loop and branch nodes hold)."""
+    from tracegrad.trace import trace_body
+    avals = [Aval(g.nodes[v]["shape"], g.nodes[v]["dtype"]) for v in g.graph["inputs"]]
+    def run(*xs):
+        T = xs[0]._trace if xs else None
+        return tuple(ir.eval_graph(g, xs, trace=T)[0])
+    body, captured, _ = trace_body(run, avals)
+    return body
+
+
+def _vjp_body(body, wrt):
+    """(body inputs, one cotangent per output) -> cotangents of ``wrt``."""
+    return graph_body(reverse(ir.from_trace(body), list(wrt), seed="input", keep_outputs=False))
+
+
+def _jvp_body(body, wrt):
+    """(body inputs, tangents of ``wrt``) -> (outputs, tangents of the outputs)."""
+    return graph_body(tangent(ir.from_trace(body), list(wrt), keep_outputs=True))
+
+
+def _install_control_flow():
+    from tracegrad.ops import control
+    control.hooks.vjp_body = _vjp_body
+    control.hooks.jvp_body = _jvp_body
+
+
+_install_control_flow()

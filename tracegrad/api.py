@@ -17,7 +17,7 @@ import weakref
 
 import numpy as np
 
-from tracegrad import cache, code_deps
+from tracegrad import cache, code_deps, distributed
 from tracegrad.cache import _stats   # the counters tg.cache_info() reports
 from tracegrad._version import __version__
 from tracegrad.autograd.profiler_state import _state as _prof_state
@@ -143,8 +143,9 @@ class Compiled:
             fn = fn.fn
         if not callable(fn):
             raise TypeError(f"tracegrad expects a function, got {type(fn).__name__}")
-        if backend not in (None, "numpy", "cupy"):
-            raise ValueError(f"backend must be None, 'numpy' or 'cupy', got {backend!r}")
+        if backend not in (None, "numpy", "cupy", "native"):
+            raise ValueError(f"backend must be None, 'numpy', 'cupy' or 'native', "
+                             f"got {backend!r}")
         self.fn = fn
         self.kind = kind
         # compile=False: run fn eagerly on NumPy-face values that record the
@@ -260,6 +261,8 @@ class Compiled:
             if self.kind == "forward":
                 return self.fn(*args, **kwargs)   # its ops join the caller's trace
             return self._call_inline(leaves, ranges, kw_tree, statics, names, len(args))
+        if distributed.has_dask_arrays(leaves):   # chunk by chunk on Dask (distributed.py)
+            return self._call_dask(leaves, ranges, kw_tree, statics, names, len(args))
         arrays = []
         tensors = False
         for j, x in enumerate(leaves):
@@ -523,6 +526,36 @@ class Compiled:
         outer = next((x._trace for x in leaves if type(x) is Tracer), None)
         outs = ir.eval_graph(g, leaves, trace=outer)[0]
         return self._run(entry, leaves, ranges, lambda *_: outs)
+
+    def _call_dask(self, leaves, ranges, kw_tree, statics, names, nargs):
+        """Dask arrays among the arguments: the result, a sum or mean over their
+        rows, is computed chunk by chunk by Dask (tracegrad/distributed.py)."""
+        if self.kind not in ("forward", "grad", "value_and_grad") or self.has_aux:
+            raise TypeError(f"tg.{self.kind}{' with has_aux=True' if self.has_aux else ''} of "
+                            f"{self.__name__} does not take dask arrays; tg.compile, tg.grad and "
+                            f"tg.value_and_grad do (for sums or means over rows)")
+        arrays = [x if distributed.is_dask_array(x) else
+                  leaf_array(x, f"argument leaf '{names[j] if j < len(names) else j}'")[0]
+                  for j, x in enumerate(leaves)]
+        axes = distributed.batch_axes(arrays, names)
+        sig = ("dask", tuple(map(_leaf_sig, arrays)), tuple(sorted(axes.items())),
+               tuple((r[0], r[3]) for r in ranges), kw_tree, static_key(statics), nargs)
+        hit = self._fast.get(sig)
+        if hit is None:
+            trace, out_tree, avals, backend = self._trace(arrays, ranges, kw_tree, statics,
+                                                          names, nargs)
+            wrt = self._wrt_leaves(ranges) if self.kind != "forward" else []
+            self._check_wrt(self.kind, avals, wrt, names)
+            fn = self.fn
+            plan = distributed.Plan(
+                trace, avals, axes, [j for _, lo, hi in wrt for j in range(lo, hi)], self.kind,
+                names, f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}",
+                backend)
+            hit = self._fast[sig] = (plan, _Entry(None, out_tree, len(trace.outputs), None, wrt,
+                                                  avals))
+        plan, entry = hit
+        flat = plan.run(arrays)
+        return self._run(entry, arrays, ranges, lambda *_: flat)
 
     def lower(self, *args, **kwargs):
         """Trace and generate without running: -> Lowered (graph, source, dot())."""

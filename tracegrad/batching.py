@@ -157,3 +157,24 @@ def batch_graph(g, batched, B, trace=None, inputs=None):
         return outs
     T.outputs = [T.operand(o) for o in outs]
     return ir.from_trace(T)
+
+
+def _batch_body(body, flags, B):
+    """A loop or branch body batched over the inputs flagged (tracegrad.ops.control)."""
+    from tracegrad.trace import trace_body
+    g = ir.from_trace(body)
+    avals = [Aval(((B,) if f else ()) + tuple(a.shape), a.dtype)
+             for a, f in zip(body.in_avals, flags)]
+
+    def f(*xs):
+        return tuple(batch_graph(g, list(flags), B, trace=xs[0]._trace, inputs=list(xs)))
+    bb, captured, _ = trace_body(f, avals)
+    return bb
+
+
+def _install_control_flow():
+    from tracegrad.ops import control
+    control.hooks.batch_body = _batch_body
+
+
+_install_control_flow()

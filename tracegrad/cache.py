@@ -181,6 +181,8 @@ _recent_keys = LRU(_memory.maxsize)         # function name -> [key parts], newe
 _stats = {"traces": 0, "compiles": 0, "memory_hits": 0, "disk_hits": 0, "disk_misses": 0,
           "disk_writes": 0, "disk_errors": 0}
 _warned_dirs = set()        # (path, problem) already warned about in this process
+_targets = {}               # target name -> loads in this process (numpy, native, cupy)
+_last_target = [None]
 
 
 TEMPLATE_DIRS = [
@@ -224,6 +226,27 @@ def templates_hash() -> str:
 
 def count(what, n=1):
     _stats[what] += n
+
+
+def note_target(name):
+    """A compiled function was loaded for the target ``name`` (what
+    ``cache_info()['target']`` reports: the native target falls back to
+    NumPy without a compiler)."""
+    _targets[name] = _targets.get(name, 0) + 1
+    _last_target[0] = name
+
+
+def discard(khash):
+    """Forget the entry of a key, in memory and on disk (a native module
+    whose build failed: the NumPy target replaces it)."""
+    _memory.pop(khash, None)
+    d = cache_dir()
+    if d is not None and os.path.isdir(d):
+        for name in (khash + ".py", khash + ".json"):
+            try:
+                os.unlink(os.path.join(d, name))
+            except OSError:
+                pass
 
 
 def cache_dir():
@@ -473,6 +496,35 @@ def _atomic_write(d, name, text):
         raise
 
 
+def read_private(name):
+    """The text of the file ``name`` in the cache folder when it may be
+    trusted (the folder and the file ours, writable by nobody else, a
+    regular file), else None.  For small records beside the entries (the
+    native target's compiler recipe, which names a program to run)."""
+    d = cache_dir()
+    if d is None or not _safe_dir(d):
+        return None
+    try:
+        return _read_entry(os.path.join(d, name)).decode("utf-8")
+    except FileNotFoundError:
+        return None
+    except (_BadEntry, UnicodeDecodeError, OSError) as e:
+        log.warning("tracegrad: ignoring %s in the cache folder: %s", name, e)
+        return None
+
+
+def write_private(name, text):
+    """Write a small record into the cache folder atomically (best effort:
+    it is a memo, so a failure only costs recomputing it)."""
+    d = cache_dir()
+    if d is None or not _safe_dir(d, write=True):
+        return
+    try:
+        _atomic_write(d, name, text)
+    except OSError as e:
+        log.info("tracegrad: could not write %s to the cache folder (%s)", name, e)
+
+
 def explain_miss(fn_name, parts):
     """With TRACEGRAD_EXPLAIN=1, log which key part changed against the
     closest key this function was compiled with before."""
@@ -518,7 +570,8 @@ def cache_info() -> dict:
     """Counters of this process and the size of the disk cache."""
     n, size = _disk_entries()
     return dict(_stats, memory_entries=len(_memory), memory_size=_memory.maxsize,
-                disk_entries=n, disk_bytes=size, cache_dir=cache_dir())
+                disk_entries=n, disk_bytes=size, cache_dir=cache_dir(),
+                target=_last_target[0], targets=dict(_targets))
 
 
 # What the layers above keep in memory besides the loaded modules (the API's
@@ -538,7 +591,8 @@ def clear_cache(memory=True, disk=True):
         d = cache_dir()
         if d and os.path.isdir(d):
             for name in os.listdir(d):
-                if name.endswith((".py", ".json")) or name.startswith(".tmp-"):
+                # .so: the native target's shared objects beside their entries
+                if name.endswith((".py", ".json", ".so")) or name.startswith(".tmp-"):
                     p = os.path.join(d, name)
                     try:
                         if os.path.isdir(p) and not os.path.islink(p):
@@ -551,3 +605,5 @@ def clear_cache(memory=True, disk=True):
                         log.warning("tracegrad: could not remove %s from the cache (%s)", p, e)
     for k in _stats:
         _stats[k] = 0
+    _targets.clear()
+    _last_target[0] = None

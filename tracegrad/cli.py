@@ -693,6 +693,8 @@ def cmd_compile(a):
     name = a.name or target.func_name
     command = "tracegrad compile " + " ".join(_quote(x) for x in a.argv)
     text = standalone_module(target, a.transform, wrt, a.backend, lowered, name, command)
+    if a.backend == "native":
+        text = _native_standalone(text)
     module_name = "OUT" if a.output == "-" else os.path.splitext(os.path.basename(a.output))[0]
     from tracegrad.codegen import safe_text   # the output's name is user text too
     text = text.replace("from {module} import", f"from {safe_text(module_name)} import", 1)
@@ -710,6 +712,18 @@ def cmd_compile(a):
                            f"name; choose another -o.") from None
         print(f"wrote {a.output}: {name}({', '.join(_params_of(text, name))}) computes "
               f"{TRANSFORMS[a.transform][0]} {target.func_name}", file=sys.stderr)
+        c_text = _c_text_of(text) if a.backend == "native" else None
+        if c_text is not None:
+            # the C source beside the module, for people and other build systems;
+            # the module embeds the same text and builds it on first import
+            c_path = os.path.splitext(a.output)[0] + ".c"
+            try:
+                with open(c_path, "w", encoding="utf-8") as f:
+                    f.write(c_text)
+            except OSError as e:
+                raise CLIError(f"cannot write {c_path}: {e.strerror}.") from None
+            print(f"wrote {c_path}: its C kernels (the module builds them with CC or cc "
+                  f"when first imported)", file=sys.stderr)
     return 0
 
 
@@ -742,9 +756,36 @@ def cmd_show(a):
         print(f"rendered the graph of {target.func_name} (--{a.transform.replace('_', '-')}) "
               f"to {a.render}", file=sys.stderr)
         return 0
-    text = {"source": lambda: lowered.source, "ir": lowered.text, "dot": lowered.dot}[a.format]()
+    text = {"source": lambda: lowered.source, "ir": lowered.text, "dot": lowered.dot,
+            "c": lambda: _c_source(lowered)}[a.format]()
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return 0
+
+
+def _c_source(lowered):
+    """The native target's C kernels of a lowered graph (show --format c)."""
+    from tracegrad import codegen_c
+    return codegen_c.translation_unit(lowered.graph)
+
+
+def _native_standalone(text):
+    """A native module for `compile`: it finds the user's compiler (CC or
+    cc) when first imported instead of the one tracegrad probed here."""
+    text, n = re.subn(r"^_RECIPE = .*$", "_RECIPE = None   # found on first import: CC or cc",
+                      text, count=1, flags=re.M)
+    if n != 1:
+        raise CLIError("the native target did not produce a C module for this function (is "
+                       "a C compiler installed? see the log line above); use --backend numpy.")
+    return text
+
+
+def _c_text_of(module_text):
+    import ast
+    for node in ast.parse(module_text).body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] \
+                == ["C_SOURCE"]:
+            return ast.literal_eval(node.value)
+    return None
 
 
 def _human(n):
@@ -805,8 +846,9 @@ def build_parser():
     fn_args.add_argument("--wrt", metavar="NAME[,NAME]",
                          help="the arguments to differentiate with respect to (default: the "
                               "first argument; for --vjp/--jvp every floating-point argument)")
-    fn_args.add_argument("--backend", choices=("numpy", "cupy"), default="numpy",
-                         help="the array library of the generated code (default numpy)")
+    fn_args.add_argument("--backend", choices=("numpy", "cupy", "native"), default="numpy",
+                         help="the target of the generated code (default numpy; native: C "
+                              "kernels built by the user's C compiler on first import)")
 
     p = argparse.ArgumentParser(
         prog="tracegrad",
@@ -836,7 +878,9 @@ def build_parser():
                        help="print the generated source, the IR or the Graphviz graph",
                        description="Print what tracegrad generates for a function: the NumPy "
                                    "source, the graph as text (ir) or as Graphviz dot.")
-    s.add_argument("--format", choices=("source", "ir", "dot"), default="source")
+    s.add_argument("--format", choices=("source", "ir", "dot", "c"), default="source",
+                   help="what to print: the generated module, the graph as text or Graphviz "
+                        "dot, or the native target's C kernels")
     s.add_argument("--render", metavar="OUT.png",
                    help="render the graph with Graphviz `dot` (format from the extension: png, "
                         "svg, pdf)")

@@ -220,8 +220,9 @@ def operand_expr(g, u, names, module):
 class Lowered:
     """A graph lowered to the body of one NumPy function."""
 
-    def __init__(self, g, name, arg_names, doc, module):
-        self.name = function_name(name)
+    def __init__(self, g, name, arg_names, doc, module, internal=False):
+        # internal: a loop or branch body's function, named by the generator
+        self.name = name if internal else function_name(name)
         # argument names are the caller's, possibly raw user text: made
         # identifiers here, where they enter source (a no-op for names that
         # already went through identifier())
@@ -274,6 +275,16 @@ class Lowered:
             comment = f"%{v} {op}"
             if op == "proj":
                 code = f"{var} = {args[0]}[{d['attrs']['index']}]"
+            elif op in CONTROL_FLOW:
+                lines = CONTROL_FLOW[op](var, args, d, module)
+                src = _source_comment(d.get("loc"))
+                for k, line in enumerate(lines[:-1]):
+                    self.body.append({"code": line, "comment": comment if k == 0 else None,
+                                      "source": src if (k == 0 and src != prev_src) else None})
+                    if k == 0:
+                        prev_src = src
+                code = lines[-1]
+                comment = None
             else:
                 prim = primitives.get(op)
                 if prim.numpy is None:
@@ -331,10 +342,109 @@ class Lowered:
         self.returns = "(" + ", ".join(rets) + ("," if len(rets) == 1 else "") + ")"
 
 
+# --- loops and branches: a body is a function of its own ---------------------------------
+
+def _body_function(module, body, kind):
+    """The name of the module-level function that computes ``body`` (one
+    per distinct body; nested bodies add theirs)."""
+    name = module.bodies.get(body.key)
+    if name is None:
+        from tracegrad import passes
+        g = ir.from_trace(body)
+        passes.optimize(g)
+        name = f"_{kind}{len(module.bodies)}"
+        module.bodies[body.key] = name
+        args = [f"x{i}" for i in range(len(body.inputs))]
+        module.extra.append(Lowered(g, name, args, f"{kind} body ({body.key[:12]})", module,
+                                    internal=True))
+    return name
+
+
+def _scan_lines(var, args, d, module):
+    a = d["attrs"]
+    body, n, nc, nx = a["body"], a["length"], a["n_carry"], a["n_xs"]
+    start = a["start"]
+    fn = _body_function(module, body, "scan_body")
+    carry = [f"_{var}_c{j}" for j in range(nc)]
+    xs = args[nc:nc + nx]
+    consts = args[nc + nx:]
+    n_y = len(body.outputs) - nc
+    ys = [f"_{var}_y{j}" for j in range(n_y)]
+    k = f"_{var}_k"
+    lines = []
+    if carry:
+        lines.append(f"{', '.join(carry)} = {', '.join(args[:nc])}")
+    for y, av in zip(ys, body.out_avals[nc:]):
+        lines.append(f"{y} = np.empty({(n,) + tuple(av.shape)!r}, dtype={scalar_type(av.dtype)})")
+    rng = f"range({n - 1}, -1, -1)" if a["reverse"] else f"range({n})"
+    lines.append(f"for {k} in {rng}:")
+    call_args = ([f"np.int64({k} + {start})" if start else f"np.int64({k})"]
+                 if start is not None else []) + carry + [f"{x}[{k}]" for x in xs] + consts
+    outs = carry + [f"_{var}_o{j}" for j in range(n_y)]
+    lhs = ", ".join(outs) + ("," if len(outs) == 1 else "")
+    lines.append(f"    {lhs} = {fn}({', '.join(call_args)})")
+    for j, y in enumerate(ys):
+        lines.append(f"    {y}[{k}] = _{var}_o{j}")
+    res = carry + ys
+    lines.append(f"{var} = ({', '.join(res)}{',' if len(res) == 1 else ''})")
+    return lines
+
+
+def _while_lines(var, args, d, module):
+    a = d["attrs"]
+    nc, n_cc = a["n_carry"], a["n_cc"]
+    cf = _body_function(module, a["cond"], "while_cond")
+    bf = _body_function(module, a["body"], "while_body")
+    carry = [f"_{var}_c{j}" for j in range(nc)]
+    cc, bc = args[nc:nc + n_cc], args[nc + n_cc:]
+    lhs = ", ".join(carry) + ("," if nc == 1 else "")
+    return [f"{lhs} = {', '.join(args[:nc])}{',' if nc == 1 else ''}",
+            f"while {cf}({', '.join(carry + cc)})[0]:",
+            f"    {lhs} = {bf}({', '.join(carry + bc)})",
+            f"{var} = ({lhs})"]
+
+
+def _while_fwd_lines(var, args, d, module):
+    lines = _while_lines(var, args, d, module)
+    nc = d["attrs"]["n_carry"]
+    carry = [f"_{var}_c{j}" for j in range(nc)]
+    tape = f"_{var}_tape"
+    return [lines[0], f"{tape} = []", lines[1],
+            f"    {tape}.append(({', '.join(carry)}{',' if nc == 1 else ''}))", lines[2],
+            f"{var} = ({', '.join(carry + [tape])},)"]
+
+
+def _while_bwd_lines(var, args, d, module):
+    a = d["attrs"]
+    n_ct, nc = a["n_ct"], a["n_carry"]
+    fn = _body_function(module, a["bwd"], "while_bwd_body")
+    ct = [f"_{var}_c{j}" for j in range(n_ct)]
+    step = [f"_{var}_s{j}" for j in range(nc)]
+    lhs = ", ".join(ct) + ("," if n_ct == 1 else "")
+    return [f"{lhs} = {', '.join(args[1:1 + n_ct])}{',' if n_ct == 1 else ''}",
+            f"for {', '.join(step)}{',' if nc == 1 else ''} in reversed({args[0]}):",
+            f"    {lhs} = {fn}({', '.join(ct + step + list(args[1 + n_ct:]))})",
+            f"{var} = ({lhs})"]
+
+
+def _cond_lines(var, args, d, module):
+    branches = d["attrs"]["branches"]
+    fns = [_body_function(module, b, "branch") for b in branches]
+    table = "(" + ", ".join(fns) + ("," if len(fns) == 1 else "") + ")"
+    return [f"{var} = {table}[min(max(int({args[0]}), 0), {len(fns) - 1})]"
+            f"({', '.join(args[1:])})"]
+
+
+CONTROL_FLOW = {"scan": _scan_lines, "while": _while_lines, "cond": _cond_lines,
+                "while_fwd": _while_fwd_lines, "while_bwd": _while_bwd_lines}
+
+
 class Module:
     """Collects helpers and constants shared by the functions of one module."""
 
     def __init__(self):
+        self.bodies = {}    # body key -> function name
+        self.extra = []     # Lowered bodies of loops and branches
         self.helpers = []
         self._helper_names = set()
         self.constants = []
@@ -374,6 +484,7 @@ def generate_numpy(functions, source="", transform="", key=""):
     names, docstring) in ``functions``."""
     module = Module()
     lowered = [Lowered(g, name, args, doc, module) for g, name, args, doc in functions]
+    lowered = module.extra + lowered
     return _jinja().get_template("numpy_module.py.j2").render(
         version=__version__, source=source, transform=transform, key=key,
         needs_math=module.needs_math, needs_base64=module.needs_base64,

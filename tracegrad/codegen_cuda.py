@@ -119,17 +119,46 @@ def _size(shape):
     return n
 
 
+# --- the per-target table of the C-style renderer -------------------------------------------
+
+class Target:
+    """What differs between the targets of the C-style renderer (STYLE.md, 5):
+    everything else (parameters, loads, index arithmetic, one line per node,
+    stores, accumulators) is shared.  The loop header, epilogue, math
+    prelude and entry live in each target's template; this table holds the
+    few strings the shared lowering prints.
+
+    name: the target's name in messages; acc_store: the epilogue line that
+    stores accumulator ``{acc}`` to parameter ``{param}``; math: a function
+    mapping (expression, compute dtype) to the target's spelling (C's float
+    functions carry an ``f``; CUDA's are overloaded); pass_contiguous: the
+    driver expression of an array argument (``{arg}``, ``{dtype}``)."""
+
+    def __init__(self, name, acc_store, pass_array, math=None):
+        self.name = name
+        self.acc_store = acc_store
+        self.pass_array = pass_array
+        self.math = math or (lambda expr, dtype: expr)
+
+
+CUDA = Target("CUDA",
+              acc_store="{param}[(long long)blockIdx.x * blockDim.x + threadIdx.x] = {acc};",
+              pass_array="np.ascontiguousarray({arg})")
+
+
 # --- one kernel --------------------------------------------------------------------------
 
 class Kernel:
     """One fused group rendered as a kernel, and how the driver calls it."""
 
-    def __init__(self, name, group, g, names, const_name):
+    def __init__(self, name, group, g, names, const_name, target=CUDA):
         self.name = name
+        self.target = target
         self.group = group
         self.shape = tuple(group.shape)
         self.n = _size(self.shape)
         self.params = []      # C parameter declarations
+        self.param_info = []  # per parameter: (C type, elements, written by the kernel)
         self.args = []        # driver expressions, one per parameter
         self.hoisted = []     # loads of one-element inputs, before the loop
         self.coords = []      # index arithmetic at the top of the loop
@@ -195,8 +224,9 @@ class Kernel:
             taken.add(pname)
             ct = ctype(ds["dtype"])
             self.params.append(f"const {ct}* __restrict__ {pname}")
+            self.param_info.append((ct, _size(ds["shape"]), False))
             arg = names[src] if ds["op"] != "const" else const_name(src)
-            self.args.append(f"np.ascontiguousarray({arg})")
+            self.args.append(self.target.pass_array.format(arg=arg, dtype=ds["dtype"].name))
             off = offset(ds["shape"])
             line = {"code": f"const {ct} {var} = {pname}[{off}];",
                     "comment": f"%{src} {ds['op'] if ds['op'] != 'input' else 'input ' + names[src]}"
@@ -242,7 +272,7 @@ class Kernel:
             # only the attributes the expression prints (astype's dtype is not)
             attrs = {key: _attr_literal(val) for key, val in d["attrs"].items()
                      if "{" + key in prim.cuda}
-            expr = prim.cuda.format(*texts, **attrs)
+            expr = self.target.math(prim.cuda.format(*texts, **attrs), compute)
             src = _source_comment(d.get("loc"))
             self.body.append({"code": f"const {ctype(out_dt)} v{v} = {expr};",
                               "comment": f"%{v} {d['op']}",
@@ -259,6 +289,7 @@ class Kernel:
                 d = g.nodes[v]
                 pname = f"out_t{v}"
                 self.params.append(f"{ctype(d['dtype'])}* __restrict__ {pname}")
+                self.param_info.append((ctype(d["dtype"]), self.n, True))
                 self.args.append(f"t{v}")
                 self.stores.append({"code": f"{pname}[i] = v{v};", "comment": f"%{v} {d['op']}"})
                 self.outputs.append((v, f"t{v}"))
@@ -268,10 +299,11 @@ class Kernel:
             ct = ctype(d["dtype"])
             pname = f"part_t{r}"
             self.params.append(f"{ct}* __restrict__ {pname}")
+            self.param_info.append((ct, _size(d["shape"]), True))
             self.args.append(f"_p{r}")
             self.accs.append({"decl": f"{ct} acc{r} = 0;",
                               "add": f"acc{r} += v{u};",
-                              "store": f"{pname}[(long long)blockIdx.x * blockDim.x + threadIdx.x] = acc{r};",
+                              "store": self.target.acc_store.format(param=pname, acc=f"acc{r}"),
                               "comment": f"%{r} sum of %{u}"})
             self.partials.append((r, f"_p{r}", np.dtype(d["dtype"])))
 
@@ -319,6 +351,8 @@ def _schedule(g, groups):
 class Function:
     """One graph lowered to a driver function and its kernels."""
 
+    target = CUDA
+
     def __init__(self, g, name, arg_names, doc, module, prefix):
         from tracegrad import passes
         from tracegrad.codegen import function_name, identifiers
@@ -347,34 +381,10 @@ class Function:
                 kname = f"tg_{prefix}k{len(self.kernels)}"
                 for v in grp.nodes:
                     names[v] = f"t{v}"
-                kern = Kernel(kname, grp, g, names, const_name)
+                kern = Kernel(kname, grp, g, names, const_name, self.target)
                 self.kernels.append(kern)
-                handle = module.kernel(kname, kern.n)
-                self.body.append({"code": None, "comment": None,
-                                  "source": f"kernel {kname}: {kern.describe(g)}"})
+                self._launch(g, kern, kname, module, names, fresh)
                 prev_src = None
-                for v, var in kern.outputs:
-                    d = g.nodes[v]
-                    self.body.append({"code": f"{var} = np.empty({tuple(d['shape'])!r}, "
-                                              f"dtype={d['dtype'].name!r})",
-                                      "comment": f"%{v} {d['op']}", "source": None})
-                    fresh.add(var)
-                for r, var, dt in kern.partials:
-                    self.body.append({"code": f"{var} = np.empty({handle}_grid[0] * {BLOCK}, "
-                                              f"dtype={dt.name!r})",
-                                      "comment": f"per-thread partial sums of %{r}",
-                                      "source": None})
-                args = [a if not (a.startswith("np.ascontiguousarray(") and a[21:-1] in fresh)
-                        else a[21:-1] for a in kern.args]
-                self.body.append({"code": f"{handle}({handle}_grid, ({BLOCK},), "
-                                          f"({', '.join(args)},))",
-                                  "comment": f"launch {kname}", "source": None})
-                for r, var, dt in kern.partials:
-                    d = g.nodes[r]
-                    names[r] = f"t{r}"
-                    self.body.append({"code": f"t{r} = np.sum({var}).reshape({tuple(d['shape'])!r})",
-                                      "comment": f"%{r} sum: the kernel's partial sums added",
-                                      "source": None})
                 continue
             v = unit[1]
             d = g.nodes[v]
@@ -388,12 +398,13 @@ class Function:
                 code = f"{var} = {args[0]}[{d['attrs']['index']}]"
             else:
                 prim = primitives.get(op)
-                emit = prim.cupy or prim.numpy
+                emit = self._library_emitter(prim)
                 if emit is None:
                     raise NotImplementedError(
-                        f"codegen (CUDA): the primitive {op!r} has neither a CUDA expression "
-                        f"for a kernel nor a NumPy emitter for a CuPy call, so it cannot be "
-                        f"compiled; use it in eager mode or add an emitter to its registry row")
+                        f"codegen ({self.target.name}): the primitive {op!r} has neither a C "
+                        f"expression for a kernel nor a NumPy emitter for a library call, so "
+                        f"it cannot be compiled; use it in eager mode or add an emitter to its "
+                        f"registry row")
                 for h in prim.helpers:
                     module.helper(h)
                 if callable(emit):
@@ -403,12 +414,47 @@ class Function:
                 code = f"{var} = {e}"
             names[v] = var
             src = _source_comment(d.get("loc"))
-            self.body.append({"code": code, "comment": f"%{v} {op} (CuPy)",
+            self.body.append({"code": code, "comment": f"%{v} {op} ({self._library_name})",
                               "source": src if src != prev_src else None})
             prev_src = src
         rets = [expr(v) if g.nodes[v]["op"] in ("const", "input") else names[v]
                 for v in g.graph["outputs"]]
         self.returns = "(" + ", ".join(rets) + ("," if len(rets) == 1 else "") + ")"
+
+    _library_name = "CuPy"
+
+    @staticmethod
+    def _library_emitter(prim):
+        return prim.cupy or prim.numpy
+
+    def _launch(self, g, kern, kname, module, names, fresh):
+        """The driver statements that allocate a kernel's outputs, launch it
+        and finish its reductions (the target's entry)."""
+        handle = module.kernel(kname, kern.n)
+        self.body.append({"code": None, "comment": None,
+                          "source": f"kernel {kname}: {kern.describe(g)}"})
+        for v, var in kern.outputs:
+            d = g.nodes[v]
+            self.body.append({"code": f"{var} = np.empty({tuple(d['shape'])!r}, "
+                                      f"dtype={d['dtype'].name!r})",
+                              "comment": f"%{v} {d['op']}", "source": None})
+            fresh.add(var)
+        for r, var, dt in kern.partials:
+            self.body.append({"code": f"{var} = np.empty({handle}_grid[0] * {BLOCK}, "
+                                      f"dtype={dt.name!r})",
+                              "comment": f"per-thread partial sums of %{r}",
+                              "source": None})
+        args = [a if not (a.startswith("np.ascontiguousarray(") and a[21:-1] in fresh)
+                else a[21:-1] for a in kern.args]
+        self.body.append({"code": f"{handle}({handle}_grid, ({BLOCK},), "
+                                  f"({', '.join(args)},))",
+                          "comment": f"launch {kname}", "source": None})
+        for r, var, dt in kern.partials:
+            d = g.nodes[r]
+            names[r] = f"t{r}"
+            self.body.append({"code": f"t{r} = np.sum({var}).reshape({tuple(d['shape'])!r})",
+                              "comment": f"%{r} sum: the kernel's partial sums added",
+                              "source": None})
 
 
 class DriverModule:
@@ -475,12 +521,16 @@ def _render_tu(functions, g_of, header):
         helpers=helpers)
 
 
-def _lower_all(functions):
+def _lower_all(functions, function_cls=None):
+    """(module, lowered functions, graph of each) for (graph, name, arg names,
+    doc) tuples; ``function_cls``: the target's Function (CUDA's by default)."""
+    function_cls = function_cls or Function
     module = DriverModule()
     prefix_each = len(functions) > 1
     lowered, g_of = [], {}
     for g, name, args, doc in functions:
-        f = Function(g, name, args, doc, module, f"{c_identifier(name)}_" if prefix_each else "")
+        f = function_cls(g, name, args, doc, module,
+                         f"{c_identifier(name)}_" if prefix_each else "")
         g_of[id(f)] = g
         lowered.append(f)
     return module, lowered, g_of

@@ -117,6 +117,14 @@ def to_text(g) -> str:
         loc = d.get("loc")
         where = f"    # {loc[0].rsplit('/', 1)[-1]}:{loc[1]}" if loc else ""
         lines.append(f"  %{v}: {_type_str(d)} = {d['op']}({args}{', ' if at and args else ''}{at}){where}")
+        # a loop's or branch's body, indented under it
+        for k, b in d["attrs"].items():
+            bodies = b if isinstance(b, tuple) else (b,)
+            for i, body in enumerate(bodies):
+                if hasattr(body, "nodes") and hasattr(body, "key"):
+                    name = f"{k}[{i}]" if isinstance(b, tuple) else k
+                    lines.append(f"    {name} = " + to_text(from_trace(body)).replace(
+                        "\n", "\n    "))
     lines.append("  return " + ", ".join(f"%{v}" for v in g.graph["outputs"]))
     lines.append("}")
     return "\n".join(lines)

@@ -10,7 +10,8 @@ to an array first, is given here with NumPy's meaning:
 
 * ``array`` / ``asarray`` of a value, or of (nested) lists mixing values and
   numbers: stacked into one value that stays differentiable;
-* ``r_[...]`` and ``c_[...]`` with values among the pieces.
+* ``r_[...]`` and ``c_[...]`` with values among the pieces;
+* ``full(shape, value)`` with a value as the fill.
 
 On plain data each of these is exactly NumPy's, so code written against
 this module runs unchanged on ndarrays.
@@ -27,7 +28,7 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(dir(_np)) | {"array", "asarray", "r_", "c_"})
+    return sorted(set(dir(_np)) | {"array", "asarray", "r_", "c_", "full"})
 
 
 def _holds_value(obj):
@@ -79,6 +80,15 @@ def asarray(a, dtype=None, order=None, *, copy=None, like=None):
     if not _holds_value(a):
         return _np.asarray(a, dtype=dtype, order=order, copy=copy)
     return array(a, dtype=dtype, copy=bool(copy))
+
+
+def full(shape, fill_value, dtype=None, order="C", *, like=None):
+    """np.full, also with a differentiated fill value (broadcast to shape)."""
+    if not _holds_value(fill_value):
+        return _np.full(shape, fill_value, dtype=dtype, order=order)
+    v = fill_value if dtype is None else fill_value.astype(dtype)
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    return _np.broadcast_to(v, shape) + _np.zeros(shape, dtype=v.dtype)
 
 
 def _pieces(key):

@@ -610,14 +610,14 @@ def _fused_reduction(g, r, member_of):
 
 def fusion_groups(g):
     """Partition the fusible nodes of ``g`` into kernels: the one cost
-    function of the CUDA target.
+    function of the CUDA and native CPU targets.
 
-    Cost model: an elementwise kernel on a GPU is bound by memory traffic
-    and launch count, not arithmetic, so every edge kept inside a kernel
-    saves a store, a load and (for the last user) an allocation, and every
-    merge saves a launch.  Fusing is therefore always profitable, subject to
-    three rules that keep a kernel one grid-stride loop without redundant
-    work:
+    Cost model: an elementwise kernel (a GPU grid-stride loop or a CPU
+    vector loop) is bound by memory traffic and call count, not arithmetic,
+    so every edge kept inside a kernel saves a store, a load and (for the
+    last user) an allocation, and every merge saves a launch.  Fusing is
+    therefore always profitable, subject to three rules that keep a kernel
+    one loop without redundant work:
 
     1. **Same iteration space.**  All nodes of a group produce the same
        shape; operands from outside the group may have any shape that
@@ -632,59 +632,102 @@ def fusion_groups(g):
        stay acyclic, or no launch order exists.  Checked on each merge.
 
     Reductions, matrix products, indexing and shape ops break groups: they
-    run as CuPy calls between kernels.  Exception: a full ``sum`` of a value
-    computed in a group becomes that kernel's epilogue (``_fused_reduction``);
-    W2's forward and both gradients are then a single kernel.
+    run as library calls between kernels.  Exception: a full ``sum`` of a
+    value computed in a group becomes that kernel's epilogue
+    (``_fused_reduction``); W2's forward and both gradients are then a
+    single kernel.
+
+    The convexity check is near-linear in the graph's size: each node keeps
+    a bit set (a Python int) of the groups it is reachable from, and each
+    group the edges that enter it from a node reachable from some group
+    (the only edges that can close a cycle).  A merge then checks only those
+    edges, never walks the graph.
 
     Returns ``FusionGroup``s ordered by their first node; the generator
     schedules them among the other nodes on the contracted graph, which
     convexity keeps acyclic."""
     order = ir.topo_order(g)
     index = {v: i for i, v in enumerate(order)}
-    member_of = {}   # node -> group id
-    groups = {}      # group id -> set of nodes
+    member_of = {}   # node -> group id (one of its nodes)
+    groups = {}      # group id -> list of nodes
+    ids = {}         # group id -> bit set (a Python int) of every group id merged into it
+    sources = {}     # group id -> nodes outside it, reachable from some group, that it reads
+    srcmask = {}     # group id -> OR of mask(w) over its sources (an over-approximation)
+    reach = {}       # node -> bit set of the groups (ids at the time) with a path to it
 
-    def creates_cycle(nodes, limit):
-        # Walk out of the merged set through nodes outside it (whole groups
-        # at a time, since a group is one unit); reaching the set again
-        # means a cycle.  Nodes after ``limit`` in topological order are not
-        # grouped yet and cannot lead back to it, so the walk stops there.
-        stack = [w for u in nodes for w in g.successors(u) if w not in nodes]
-        seen = set()
-        while stack:
-            w = stack.pop()
-            if w in seen or index[w] > limit:
-                continue
-            seen.add(w)
-            unit = groups[member_of[w]] if w in member_of else (w,)
-            for x in unit:
-                seen.add(x)
-                for y in g.successors(x):
-                    if y in nodes:
-                        return True
-                    if y not in seen:
-                        stack.append(y)
-        return False
+    def mask(w):
+        m = reach[w]
+        gid = member_of.get(w)
+        return m | (1 << index[gid]) if gid is not None else m
+
+    def escapes(h, cand, cand_ids):
+        """Does a source of group h (outside ``cand``) have a path from ``cand``?"""
+        if not srcmask[h] & cand_ids:
+            return False
+        exact = 0
+        found = False
+        for w in sources[h]:
+            m = mask(w)
+            exact |= m
+            if member_of.get(w) not in cand and m & cand_ids:
+                found = True
+        srcmask[h] = exact
+        return found
 
     for v in order:
+        r = 0
+        for u in g.predecessors(v):
+            r |= mask(u)
+        reach[v] = r        # the groups with a path to v
         if not fusible(g, v):
             continue
         shape = g.nodes[v]["shape"]
-        merged = {v}
-        for u in ir.operands(g, v):
+        ops = ir.operands(g, v)
+        own = {u for u in ops if mask(u)}
+        own_mask = 0
+        for u in own:
+            own_mask |= mask(u)
+        merged_ids, merged_gids = 0, []
+        for u in ops:
             gid = member_of.get(u)
-            if gid is None or g.nodes[u]["shape"] != shape or u in merged:
+            if gid is None or gid in merged_gids or g.nodes[u]["shape"] != shape:
                 continue
-            candidate = merged | groups[gid]
-            if not creates_cycle(candidate, index[v]):
-                merged = candidate
-        gid = min((member_of[u] for u in merged if u in member_of), default=v)
-        for u in merged:
-            old = member_of.get(u)
-            if old is not None and old != gid:
-                groups.pop(old, None)
-            member_of[u] = gid
-        groups[gid] = merged
+            cand = set(merged_gids) | {gid}
+            cand_ids = merged_ids | ids[gid]
+            # a path out of the candidate and back in enters it through a
+            # source of one of its parts (or of v) that the candidate reaches
+            cycle = any(member_of.get(w) not in cand and mask(w) & cand_ids for w in own) \
+                if own_mask & cand_ids else False
+            cycle = cycle or any(escapes(h, cand, cand_ids) for h in cand)
+            if not cycle:
+                merged_gids.append(gid)
+                merged_ids = cand_ids
+        if not merged_gids:
+            groups[v], ids[v], sources[v], srcmask[v] = [v], 1 << index[v], own, own_mask
+            member_of[v] = v
+            continue
+        # the largest lists and sets absorb the smaller ones (near-linear
+        # merging); the largest group's id names the merged one
+        gid = max(merged_gids, key=lambda h: len(groups[h]))
+        nodes = groups[gid]
+        src = max([sources[h] for h in merged_gids] + [own], key=len)
+        smask = own_mask
+        for h in merged_gids:
+            smask |= srcmask[h]
+            if h != gid:
+                for u in groups.pop(h):
+                    member_of[u] = gid
+                    nodes.append(u)
+                    src.discard(u)
+        nodes.append(v)
+        member_of[v] = gid
+        for part in [sources[h] for h in merged_gids] + [own]:
+            if part is not src:
+                src.update(w for w in part if member_of.get(w) != gid)
+        for h in merged_gids:
+            if h != gid:
+                del ids[h], sources[h], srcmask[h]
+        ids[gid], sources[gid], srcmask[gid] = merged_ids, src, smask
 
     reductions = {gid: [] for gid in groups}
     for v in order:

@@ -79,19 +79,67 @@ def generate(functions, backend="numpy", **header):
     if backend == "cupy":
         from tracegrad import codegen_cuda
         return codegen_cuda.generate_driver(functions, **header)
+    if backend == "native":
+        from tracegrad import codegen_c_build
+        rec, why = codegen_c_build.available()
+        if rec is not None:
+            from tracegrad import codegen_c
+            return codegen_c.generate_driver(functions, rec=rec, **header)
+        codegen_c_build.fallback_notice(why)
     from tracegrad import codegen
     return codegen.generate_numpy(functions, **header)
+
+
+def native_parts(parts):
+    """The key parts of a native build: the compiler's recipe (identity,
+    flags, ISA level, vector math, glibc, Python ABI) joins the key, so a
+    changed toolchain recompiles; "unavailable" when there is none (the
+    entry then holds the NumPy target)."""
+    if parts.get("backend") != "native":
+        return parts
+    from tracegrad import codegen_c_build
+    import numpy
+    rec, _ = codegen_c_build.available()
+    return dict(parts, native=rec["identity"] if rec else "unavailable",
+                numpy_abi=f"{numpy.__version__}")
 
 
 def load(khash, parts, make_source, explain_as=None):
     """The loaded generated module for a key: from the memory or disk
     cache, or built by ``make_source()`` and stored (``explain_as``: the
     function name TRACEGRAD_EXPLAIN reports a build under)."""
+    if parts.get("backend") == "native":
+        parts = native_parts(parts)
+        khash = cache.key_hash(parts)
     ns = cache.lookup(khash)
     if ns is None:
         cache.count("compiles")
         source = make_source()
         if explain_as is not None:
             cache.explain_miss(explain_as, parts)
-        ns = cache.store(khash, source, parts)
+        try:
+            ns = cache.store(khash, source, parts)
+        except Exception as e:  # noqa: BLE001 -- only a failed native build is handled
+            ns = _native_failed(e, khash, parts, make_source)
+    cache.note_target(ns.get("TARGET") or ("cupy" if parts.get("backend") == "cupy"
+                                           else "numpy"))
     return ns
+
+
+def _native_failed(e, khash, parts, make_source):
+    """A native module whose C build failed: log it once, mark the recipe
+    broken for this process and store the NumPy target under the key."""
+    if parts.get("backend") != "native":
+        raise e
+    from tracegrad import codegen_c_build as codegen_c
+    # each generated module defines the builder's error class anew (the
+    # builder is pasted into it), so the class is recognised by name
+    if type(e).__name__ != "NativeBuildError":
+        raise e
+    rec, _ = codegen_c.available()
+    if rec is not None:
+        codegen_c.mark_broken(rec, f"the C build failed: {e}")
+    codegen_c.fallback_notice(f"the C build failed: {str(e).splitlines()[0]}")
+    cache.discard(khash)
+    parts = native_parts({k: v for k, v in parts.items() if k != "native"})
+    return cache.store(cache.key_hash(parts), make_source(), parts)

@@ -55,15 +55,41 @@ class device:
     def __str__(self):
         return self.type if self.index is None else f"{self.type}:{self.index}"
 
+    def __enter__(self):
+        """``with tg.device("cpu"):`` makes it the default device inside the block."""
+        _Defaults.device_stack.append(_Defaults.device)
+        set_default_device(self)
+        return self
+
+    def __exit__(self, *exc):
+        _Defaults.device = _Defaults.device_stack.pop()
+        return False
+
 
 _CPU = device("cpu")
+
+
+class _FW:
+    """The open forward-AD level (tracegrad.autograd.forward_ad), global as
+    in torch; None when no level is open.  A tensor's tangent lives in its
+    ``_fw`` slot as ``(level, tangent)`` (the slot is unset until then)."""
+    level = None
+
+
+def _tangent(t):
+    """The tangent ``t`` carries in the open forward-AD level, or None."""
+    fw = getattr(t, "_fw", None)
+    if fw is not None and fw[0] == _FW.level and fw[0] is not None:
+        return fw[1]
+    return None
 
 
 class Tensor(ArrayMethods):
     """An array with torch.autograd semantics, on NumPy (or CuPy) data."""
     _face = "torch"   # names whose meaning differs between NumPy and torch mean torch's
     __slots__ = ("_data", "_requires_grad", "_grad", "grad_fn", "_output_nr",
-                 "_vbox", "_retains_grad", "_accum", "_base", "_view_fn", "name", "__weakref__")
+                 "_vbox", "_retains_grad", "_accum", "_base", "_view_fn", "name", "_fw",
+                 "__weakref__")
 
     def __init__(self, data, requires_grad=False, grad_fn=None, _output_nr=0, _vbox=None):
         self._data = data
@@ -178,7 +204,7 @@ class Tensor(ArrayMethods):
     def __repr__(self):
         body = np.array2string(np.asarray(_to_host(self._data)), separator=", ", prefix="tensor(")
         extra = ""
-        if self.dtype != np.float64 and self.dtype != np.int64 and self.dtype != np.bool_:
+        if self.dtype != _Defaults.dtype and self.dtype != np.int64 and self.dtype != np.bool_:
             extra += f", dtype={self.dtype}"
         if self.device.type != "cpu":
             extra += f", device='{self.device}'"
@@ -186,6 +212,9 @@ class Tensor(ArrayMethods):
             extra += f", grad_fn=<{self.grad_fn.name()}>"
         elif self._requires_grad:
             extra += ", requires_grad=True"
+        t = _tangent(self)
+        if t is not None:   # a dual tensor of forward-mode AD
+            extra += f", tangent={t!r}"
         return f"tensor({body}{extra})"
 
     # --- conversion -----------------------------------------------------------
@@ -406,6 +435,9 @@ class Tensor(ArrayMethods):
         grad mode is on, as in torch; under ``no_grad`` it writes in place.
         When nothing is recorded, ``fast(data, *arrays)`` (if given) does the
         work on the arrays directly."""
+        if _FW.level is not None and (_tangent(self) is not None or any(
+                isinstance(a, Tensor) and _tangent(a) is not None for a in args)):
+            return self._inplace_dual(fn, args)
         grad_on = _mode.grad_enabled
         if grad_on:
             if self._requires_grad and self.grad_fn is None:
@@ -449,6 +481,35 @@ class Tensor(ArrayMethods):
             self._rebase_view(res)
         else:
             self._set_history(res.grad_fn, res._output_nr, res._requires_grad)
+        return self
+
+    def _inplace_dual(self, fn, args):
+        """An in-place op inside a forward-AD level with a tangent among its
+        operands: computed out of place with tangents, written back; this
+        tensor takes the result's tangent."""
+        if fn is None:
+            raise NotImplementedError("this in-place assignment cannot carry a forward-AD "
+                                      "tangent; compute the result out of place")
+        if self._base is not None and _mode.grad_enabled and self._requires_grad:
+            raise NotImplementedError(
+                "an in-place op on a view of a tensor that requires grad, inside a forward-AD "
+                "level, is not supported; compute the result out of place")
+        if _mode.grad_enabled and self._requires_grad and self.grad_fn is None:
+            raise RuntimeError(
+                "a leaf Variable that requires grad is being used in an in-place operation.")
+        old = Tensor(self._data.copy(), self._requires_grad, self.grad_fn, self._output_nr)
+        if _tangent(self) is not None:
+            old._fw = self._fw
+        res = fn(old, *[old if a is self else a for a in args])
+        _write(self._data, res._data)
+        self._vbox[0] += 1
+        if _mode.grad_enabled and res._requires_grad:
+            self._set_history(res.grad_fn, res._output_nr, True)
+        t = _tangent(res)
+        if t is not None:
+            if t.dtype != self.dtype:
+                t = t.to(self.dtype)
+            self._fw = (_FW.level, t)
         return self
 
     def _rebase_view(self, res):
@@ -758,8 +819,49 @@ class PrimNode(Node):
             self.out_saved = None
             self.out_vbox = None
 
+    # torch's view of the node (name(), _saved_*, _raw_saved_*): the node
+    # takes the subclass named after torch's node the first time someone
+    # looks, so type(node).__name__ reads as in torch (torchviz prints it)
+    # and recording stays as cheap as before.
+    _torch_name = None
+    _torch_attrs = None
+
     def name(self):
-        return self.prim.backward_name
+        n = type(self)._torch_name
+        return n if n is not None else _specialize(self)._torch_name
+
+    # (``_saved_<name>`` and ``_raw_saved_<name>`` are properties, installed
+    # below from _SAVED_NAMES: a __getattr__ would slow every attribute read
+    # of every node.)
+    @property
+    def variable(self):
+        # only AccumulateGrad has one; asking is how torchviz tells them
+        # apart, so this is where a node takes torch's class name before
+        # torchviz prints type(node).__name__
+        cls = type(self)
+        if cls._torch_name is None:
+            cls = _specialize(self)
+        raise AttributeError(f"'{cls._torch_name}' object has no attribute 'variable'")
+
+    def __dir__(self):
+        cls = type(self)
+        if cls._torch_name is None:
+            cls = _specialize(self)
+        names = {n for n in object.__dir__(self)
+                 if not n.startswith("_saved_") and not n.startswith("_raw_saved_")}
+        for k, spec in cls._torch_attrs.items():
+            names.add("_saved_" + k)
+            if spec[0] in _TENSOR_SPECS:
+                names.add("_raw_saved_" + k)
+        return sorted(names)
+
+    def _metas(self):
+        """Shape/dtype (or the number itself) of each operand, or None once freed."""
+        if self.in_meta is not None:
+            return self.in_meta
+        if self.saved is None:
+            return None
+        return [_meta(a) for a, _ in self.saved]
 
     def num_outputs(self):
         return self._nout
@@ -768,6 +870,9 @@ class PrimNode(Node):
         # A node that saved nothing can run again (as in torch); one that
         # saved tensors cannot once they are freed.
         if self.saved is not None or self.out_saved is not None:
+            if self.in_meta is None and self.prim.name in _NAME_NEEDS_META \
+                    and self.saved is not None and type(self)._torch_name is None:
+                self.in_meta = self._metas()   # torch's name of the node depends on them
             self.freed = True
             self.saved = None
             self.out_saved = None
@@ -796,6 +901,8 @@ class PrimNode(Node):
         o = self.out_saved
         if o is None:
             return None
+        if type(o) is _Packed:   # grad_fn._raw_saved_result.register_hooks(...)
+            return o.unpack()
         vb = self.out_vbox
         if type(vb) is list:
             if vb[0] != self.out_ver:
@@ -845,6 +952,8 @@ class PrimNode(Node):
             # bookkeeping; only the results are wrapped.
             out = self.out_saved
             if out is not None:  # the in-place check of a saved output
+                if type(out) is _Packed:
+                    out = _asarray_like(out.unpack())
                 vb = self.out_vbox
                 if type(vb) is list:
                     if vb[0] != self.out_ver:
@@ -901,6 +1010,279 @@ class PrimNode(Node):
             f"version {v} instead. Hint: the backward of {self.prim.name} reads this "
             f"value; compute it out of place (e.g. x = x + y instead of x += y) or "
             f"clone() it before modifying it.")
+
+
+# --- torch's names and saved values of primitive nodes ----------------------------
+#
+# torch names each backward node after its ATen op (MulBackward0,
+# MmBackward0...) and exposes what the node saved as ``_saved_<name>``.
+# ``_torch_node`` maps a recorded primitive application to torch's name and
+# to where each of those saved values lives in our node:
+#   ("in", i)        operand i (a Python number shows as a 0-d tensor)
+#   ("in_if", i, j)  operand i, saved only when operand j needs a gradient
+#   ("num", i)       operand i as the Python number it is
+#   ("out",)         the result
+#   ("sizes", i)     operand i's shape;  ("strides", i) its (contiguous) strides
+#   ("const", v)     a constant (an attribute torch keeps, e.g. alpha=1)
+# A primitive torch has no node for gets ``<Prim>Backward0`` and its saved
+# operands as self/other, its saved result as result.
+
+_TENSOR_SPECS = ("in", "in_if", "out")
+# Nodes whose torch name depends on their operands' shapes keep those (as
+# Avals) when backward frees them.  Only matmul (Mm/Mv/Dot/Bmm): its own
+# cost dwarfs this, while pow, as common and cheap, tells PowBackward0 from
+# PowBackward1 after freeing by whether the exponent takes a gradient.
+_NAME_NEEDS_META = frozenset(("matmul",))
+
+
+def _is_tensor_meta(m):
+    return isinstance(m, Aval)
+
+
+def _generic_node(node, metas):
+    spec = {}
+    if node.prim.save_inputs:
+        tensors = [i for i, m in enumerate(metas or ()) if _is_tensor_meta(m)]
+        for k, i in zip(("self", "other"), tensors[:2]):
+            spec[k] = ("in", i)
+    if node.prim.save_out and node._nout == 1 and node.prim.n_out == 1:
+        spec["result"] = ("out",)
+    return node.prim.backward_name, spec
+
+
+def _matmul_node(node, m):
+    ra, rb = len(m[0].shape), len(m[1].shape)
+    if ra == 2 and rb == 2:
+        return "MmBackward0", {"self": ("in", 0), "mat2": ("in", 1), "self_sym_sizes": ("sizes", 0),
+                               "self_sym_strides": ("strides", 0),
+                               "mat2_sym_sizes": ("sizes", 1), "mat2_sym_strides": ("strides", 1)}
+    if ra == 2 and rb == 1:
+        return "MvBackward0", {"self": ("in", 0), "vec": ("in", 1)}
+    if ra == 1 and rb == 1:
+        return "DotBackward0", {"self": ("in", 0), "tensor": ("in", 1)}
+    if ra == 3 and rb == 3:
+        return "BmmBackward0", {"self": ("in", 0), "mat2": ("in", 1)}
+    return "MatmulBackward0", {"self": ("in", 0), "other": ("in", 1)}
+
+
+def _pow_node(node, m):
+    if m is None:   # freed before anyone looked
+        return ("PowBackward1", {"self": ("in", 0), "exponent": ("in", 1), "result": ("out",)}) \
+            if node.next_functions[1][0] is not None else \
+            ("PowBackward0", {"self": ("in", 0), "exponent": ("num", 1)})
+    if _is_tensor_meta(m[1]):
+        return "PowBackward1", {"self": ("in", 0), "exponent": ("in", 1), "result": ("out",)}
+    if not _is_tensor_meta(m[0]):
+        return "PowBackward2", {"self": ("num", 0), "exponent": ("in", 1), "result": ("out",)}
+    return "PowBackward0", {"self": ("in", 0), "exponent": ("num", 1)}
+
+
+def _sum_node(node, m):
+    axis, keep = node.attrs["axis"], node.attrs["keepdims"]
+    if not keep and tuple(axis) == tuple(range(len(m[0].shape))):
+        return "SumBackward0", {"self_sym_sizes": ("sizes", 0)}
+    return "SumBackward1", {"dim": ("const", tuple(axis)), "keepdim": ("const", bool(keep)),
+                            "self_sym_sizes": ("sizes", 0)}
+
+
+def _transpose_node(node, m):
+    axes = tuple(node.attrs["axes"])
+    moved = [i for i, a in enumerate(axes) if a != i]
+    if len(moved) == 2:
+        return "TransposeBackward0", {"dim0": ("const", moved[0]), "dim1": ("const", moved[1])}
+    return "PermuteBackward0", {"dims": ("const", axes)}
+
+
+def _getitem_node(node, m):
+    kinds = {k[0] for k in node.attrs["index"]}
+    if kinds <= {"i"} and len(node.attrs["index"]) == 1:
+        return "SelectBackward0", {"dim": ("const", 0), "index": ("const", node.attrs["index"][0][1]),
+                                   "self_sym_sizes": ("sizes", 0)}
+    if kinds <= {"s", "e", "n"}:
+        return "SliceBackward0", {"self_sym_sizes": ("sizes", 0)}
+    return "IndexBackward0", {"self_sym_sizes": ("sizes", 0)}
+
+
+_TORCH_NODES = {
+    "add": lambda n, m: ("AddBackward0", {"alpha": ("const", 1)}),
+    "sub": lambda n, m: ("SubBackward0", {"alpha": ("const", 1)}),
+    "mul": lambda n, m: ("MulBackward0", {"other": ("in_if", 1, 0), "self": ("in_if", 0, 1)}),
+    "div": lambda n, m: ("DivBackward0", {"other": ("in", 1), "self": ("in_if", 0, 1)}),
+    "neg": lambda n, m: ("NegBackward0", {}),
+    "exp": lambda n, m: ("ExpBackward0", {"result": ("out",)}),
+    "tanh": lambda n, m: ("TanhBackward0", {"result": ("out",)}),
+    "sigmoid": lambda n, m: ("SigmoidBackward0", {"result": ("out",)}),
+    "sqrt": lambda n, m: ("SqrtBackward0", {"result": ("out",)}),
+    "relu": lambda n, m: ("ReluBackward0", {"result": ("out",)}),
+    "log": lambda n, m: ("LogBackward0", {"self": ("in", 0)}),
+    "sin": lambda n, m: ("SinBackward0", {"self": ("in", 0)}),
+    "cos": lambda n, m: ("CosBackward0", {"self": ("in", 0)}),
+    "abs": lambda n, m: ("AbsBackward0", {"self": ("in", 0)}),
+    "where": lambda n, m: ("WhereBackward0", {"condition": ("in", 0)}),
+    "clone": lambda n, m: ("CloneBackward0", {}),
+    "astype": lambda n, m: ("ToCopyBackward0", {}),
+    "reshape": lambda n, m: ("ViewBackward0", {"self_sym_sizes": ("sizes", 0)}),
+    "broadcast_to": lambda n, m: ("ExpandBackward0", {"self_sym_sizes": ("sizes", 0)}),
+    "matmul": _matmul_node,
+    "pow": _pow_node,
+    "sum": _sum_node,
+    "transpose": _transpose_node,
+    "getitem": _getitem_node,
+}
+
+_PRIM_NODE_TYPES = {}   # torch's name -> PrimNode subclass of that name
+
+
+def _specialize(node):
+    """Give ``node`` the PrimNode subclass named as torch names it."""
+    metas = node._metas()
+    rule = _TORCH_NODES.get(node.prim.name)
+    name, spec = None, None
+    if rule is not None:   # most rules need no metas (they are gone once freed)
+        try:
+            name, spec = rule(node, metas)
+        except (KeyError, IndexError, AttributeError, TypeError):
+            name = None
+    if name is None:
+        name, spec = _generic_node(node, metas)
+    key = (name, tuple(sorted(spec.items())))
+    cls = _PRIM_NODE_TYPES.get(key)
+    if cls is None:
+        cls = _PRIM_NODE_TYPES[key] = type(name, (PrimNode,), {
+            "__slots__": (), "_torch_name": name, "_torch_attrs": dict(spec),
+            "__module__": PrimNode.__module__,
+            "__doc__": f"torch's {name}: a recorded primitive node (see PrimNode)."})
+        PRIM_NODE_CLASSES.add(cls)
+    node.__class__ = cls
+    return cls
+
+
+# every name a _saved_ attribute of _TORCH_NODES or _generic_node may have
+_SAVED_NAMES = ("self", "other", "result", "exponent", "alpha", "mat2", "vec", "tensor",
+                "self_sym_sizes", "self_sym_strides", "mat2_sym_sizes", "mat2_sym_strides",
+                "dim", "keepdim", "dim0", "dim1", "dims", "index", "condition")
+
+
+def _saved_property(key, raw):
+    attr = ("_raw_saved_" if raw else "_saved_") + key
+
+    def get(self):
+        cls = type(self)
+        if cls._torch_name is None:
+            cls = _specialize(self)
+        spec = cls._torch_attrs.get(key)
+        if spec is None or (raw and spec[0] not in _TENSOR_SPECS):
+            raise AttributeError(f"'{cls._torch_name}' object has no attribute '{attr}'")
+        return SavedTensor(self, spec) if raw else _saved_value(self, spec)
+    get.__name__ = attr
+    return property(get, doc=f"torch's {attr} (when this node has one)")
+
+
+for _k in _SAVED_NAMES:
+    setattr(PrimNode, "_saved_" + _k, _saved_property(_k, False))
+    setattr(PrimNode, "_raw_saved_" + _k, _saved_property(_k, True))
+del _k
+
+# The engine and replay test ``type(node) in PRIM_NODE_CLASSES``.
+PRIM_NODE_CLASSES = {PrimNode}
+
+
+def _as_tensor_value(a):
+    if isinstance(a, Tensor):
+        return a
+    if type(a) is _Packed:
+        return a.unpack()
+    return Tensor(np.asarray(a))
+
+
+def _saved_value(node, spec):
+    kind = spec[0]
+    if kind == "const":
+        return spec[1]
+    if kind in ("sizes", "strides"):
+        metas = node._metas()
+        if metas is None:
+            raise RuntimeError(FREED_MSG)
+        shape = tuple(metas[spec[1]].shape)
+        if kind == "sizes":
+            return shape
+        strides, acc = [], 1
+        for d in reversed(shape):
+            strides.append(acc)
+            acc *= max(d, 1)
+        return tuple(reversed(strides))
+    if kind == "in_if" and node.next_functions[spec[2]][0] is None:
+        return None
+    if node.freed:
+        raise RuntimeError(FREED_MSG)
+    if kind == "out":
+        out = node.out_saved
+        if out is None:   # the rule reads only the inputs: the result from them
+            inputs = [a._data if isinstance(a, Tensor) else a for a in node._inputs()]
+            with np.errstate(all="ignore"):
+                out = node.prim.impl(primitives.array_module(*inputs), *inputs, **node.attrs)
+        if type(out) is _Packed:
+            return out.unpack()
+        return Tensor(out)
+    if node.saved is None:
+        return None
+    inputs = node._inputs()   # checks the versions, unpacks hooked ones
+    v = inputs[spec[1]]
+    if kind == "num":
+        return v.item() if isinstance(v, Tensor) else v
+    return _as_tensor_value(v)
+
+
+class SavedTensor:
+    """``grad_fn._raw_saved_<name>``: one value a node saved for backward.
+    ``register_hooks(pack, unpack)`` packs it now and unpacks it when
+    backward reads it (torch.autograd.graph's saved-tensor hooks for one
+    tensor)."""
+    __slots__ = ("_node", "_spec")
+
+    def __init__(self, node, spec):
+        self._node = node
+        self._spec = spec
+
+    def register_hooks(self, pack_hook, unpack_hook):
+        if not callable(pack_hook) or not callable(unpack_hook):
+            raise TypeError(f"register_hooks(): pack_hook and unpack_hook must be callables, "
+                            f"got {type(pack_hook).__name__} and {type(unpack_hook).__name__}")
+        node, spec = self._node, self._spec
+        if node.freed:
+            raise RuntimeError(FREED_MSG)
+        if spec[0] == "out":
+            out = node.out_saved
+            if type(out) is _Packed:
+                raise RuntimeError(_HOOKS_TWICE)
+            if out is None or type(out) is tuple:
+                raise RuntimeError("Calling register_hooks on a saved tensor with value None is "
+                                   "forbidden")
+            node.out_saved = _Packed(pack_hook(Tensor(out)), unpack_hook)
+            node.out_vbox = None
+            return
+        i = spec[1]
+        if spec[0] == "in_if" and node.next_functions[spec[2]][0] is None or node.saved is None:
+            raise RuntimeError("Calling register_hooks on a saved tensor with value None is "
+                               "forbidden")
+        a, v = node.saved[i]
+        if type(a) is _Packed:
+            raise RuntimeError(_HOOKS_TWICE)
+        if not isinstance(a, Tensor):
+            raise RuntimeError("Calling register_hooks on a saved tensor with value None is "
+                               "forbidden")
+        if v is not None and a._vbox[0] != v:
+            node._in_modified(a, v)
+        if node.in_meta is None:
+            node.in_meta = node._metas()
+        node.saved[i] = (_Packed(pack_hook(a), unpack_hook), None)
+
+    def __repr__(self):
+        return f"<SavedTensor of {self._node.name()}>"
+
+
+_HOOKS_TWICE = ("Calling register_hooks on a saved tensor whose hooks have already been set. "
+                "Hint: only one pair of hooks is allowed at a time.")
 
 
 class _Packed:
@@ -1145,9 +1527,76 @@ primitives._eager_bind = eager_bind
 
 # --- constructors ---------------------------------------------------------------
 
+# --- default dtype and device (torch.set_default_dtype / set_default_device) ------
+
+class _Defaults:
+    """What the constructors make when told nothing: ``dtype`` for Python
+    floats (and for zeros/ones/rand/...), ``device`` for data."""
+    dtype = np.dtype(np.float64)   # tracegrad's default (NumPy's); torch's is float32
+    device = None                  # None: cpu
+    device_stack = []              # outer defaults of open ``with tg.device(...)`` blocks
+
+
+def set_default_dtype(d):
+    """torch.set_default_dtype: the dtype the constructors give Python floats
+    (``tg.tensor([1.5])``, ``tg.zeros(3)``, ``tg.rand(2)``, ``tg.arange(0., 1.)``)
+    and, paired with it, Python complex numbers (complex64 for float32,
+    complex128 for float64).  tracegrad's default is float64 (NumPy's);
+    ``tg.set_default_dtype(tg.float32)`` gives torch's.  Only floating
+    dtypes are accepted, as in torch."""
+    try:
+        dt = _resolve_dtype(d)
+    except TypeError:
+        dt = None
+    if dt is None or dt.kind != "f":
+        raise TypeError(f"only floating-point types are supported as the default type "
+                        f"(float16, float32 or float64), got {d!r}")
+    _Defaults.dtype = dt
+
+
+def get_default_dtype():
+    """The dtype Python floats become in the constructors (see set_default_dtype)."""
+    return _Defaults.dtype
+
+
+def set_default_device(dev):
+    """torch.set_default_device: where the constructors put new tensors when
+    given no ``device=``.  'cpu' (or None) is NumPy; 'cuda' needs CuPy."""
+    if dev is None:
+        _Defaults.device = None
+        return
+    d = device(dev)
+    if d.type == "cuda":
+        _xp_for(d)   # says what to install when CuPy is missing
+        _Defaults.device = d
+    else:
+        _Defaults.device = None
+
+
+def get_default_device():
+    """The device of a tensor made without ``device=`` (torch.get_default_device)."""
+    return _Defaults.device if _Defaults.device is not None else _CPU
+
+
+def _default_float(arr, data):
+    """A float64 (complex128) array made from Python numbers takes the
+    default dtype (its complex partner), as torch.tensor does; NumPy arrays
+    and Tensors keep their own dtype."""
+    dt = _Defaults.dtype
+    if dt.itemsize == 8 or isinstance(data, (Tensor, _ndarray)) or hasattr(data, "__cuda_array_interface__"):
+        return arr
+    if arr.dtype == np.float64:
+        return arr.astype(dt)
+    if arr.dtype == np.complex128:
+        return arr.astype(np.complex64 if dt.itemsize == 4 else np.complex128)
+    return arr
+
+
 def _xp_for(dev):
     if dev is None:
-        return np
+        dev = _Defaults.device
+        if dev is None:
+            return np
     if device(dev).type == "cuda":
         try:
             import cupy
@@ -1174,6 +1623,8 @@ def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False)
     if isinstance(data, (list, tuple)) and any(isinstance(d, Tensor) for d in data):
         data = [d._data if isinstance(d, Tensor) else d for d in data]
     arr = xp.array(data, dtype=dt, copy=True)
+    if dt is None:
+        arr = _default_float(arr, data)
     return _make(arr, requires_grad)
 
 
@@ -1181,8 +1632,9 @@ def as_tensor(data, dtype=None, device=None):
     if isinstance(data, Tensor) and dtype is None:
         return data
     xp = _xp_for(device)
-    return Tensor(xp.asarray(data._data if isinstance(data, Tensor) else data,
-                             dtype=_resolve_dtype(dtype)))
+    dt = _resolve_dtype(dtype)
+    arr = xp.asarray(data._data if isinstance(data, Tensor) else data, dtype=dt)
+    return Tensor(arr if dt is not None else _default_float(arr, data))
 
 
 def from_numpy(a):
@@ -1197,7 +1649,7 @@ def _shape_args(size):
 
 def _filled(fill, size, dtype, device, requires_grad):
     xp = _xp_for(device)
-    dt = _resolve_dtype(dtype) or np.dtype(np.float64)
+    dt = _resolve_dtype(dtype) or _Defaults.dtype
     return _make(fill(xp, _shape_args(size), dt), requires_grad)
 
 
@@ -1215,14 +1667,18 @@ def empty(*size, dtype=None, device=None, requires_grad=False, out=None):
 
 def full(size, fill_value, dtype=None, device=None, requires_grad=False):
     xp = _xp_for(device)
-    dt = _resolve_dtype(dtype) or np.result_type(fill_value)
+    dt = _resolve_dtype(dtype)
+    if dt is None:
+        dt = np.result_type(fill_value)
+        if isinstance(fill_value, (float, complex)):   # Python numbers: torch's defaults
+            dt = _default_float(np.empty(0, dt), fill_value).dtype
     return _make(xp.full(tuple(size) if not isinstance(size, int) else (size,), fill_value, dt),
                  requires_grad)
 
 
 def eye(n, m=None, dtype=None, device=None, requires_grad=False):
     xp = _xp_for(device)
-    return _make(xp.eye(n, m, dtype=_resolve_dtype(dtype) or np.float64), requires_grad)
+    return _make(xp.eye(n, m, dtype=_resolve_dtype(dtype) or _Defaults.dtype), requires_grad)
 
 
 def _like(fill, t, dtype, device, requires_grad):
@@ -1254,13 +1710,13 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
         start, end = 0, start
     dt = _resolve_dtype(dtype)
     if dt is None:
-        dt = np.dtype(np.int64) if all(isinstance(v, int) for v in (start, end, step)) else np.dtype(np.float64)
+        dt = np.dtype(np.int64) if all(isinstance(v, int) for v in (start, end, step)) else _Defaults.dtype
     return _make(xp.arange(start, end, step, dtype=dt), requires_grad)
 
 
 def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
     xp = _xp_for(device)
-    return _make(xp.linspace(start, end, steps, dtype=_resolve_dtype(dtype) or np.float64),
+    return _make(xp.linspace(start, end, steps, dtype=_resolve_dtype(dtype) or _Defaults.dtype),
                  requires_grad)
 
 
@@ -1294,8 +1750,10 @@ def _not_while_tracing(name):
 
 def _random(draw, size, dtype, device, requires_grad, name):
     _not_while_tracing(name)
-    dt = _resolve_dtype(dtype) or np.dtype(np.float64)
+    dt = _resolve_dtype(dtype) or _Defaults.dtype
     arr = draw(_shape_args(size)).astype(dt, copy=False)
+    if device is None:
+        device = _Defaults.device
     if device is not None and device_type(device) == "cuda":
         arr = _xp_for(device).asarray(arr)
     return _make(arr, requires_grad)
@@ -1337,7 +1795,7 @@ def randperm(n, dtype=None, device=None, requires_grad=False):
 
 def normal(mean=0.0, std=1.0, size=(), dtype=None, device=None, requires_grad=False):
     _not_while_tracing("normal")
-    arr = _RNG.gen.normal(mean, std, size=tuple(size)).astype(_resolve_dtype(dtype) or np.float64)
+    arr = _RNG.gen.normal(mean, std, size=tuple(size)).astype(_resolve_dtype(dtype) or _Defaults.dtype)
     return _make(arr, requires_grad)
 
 

@@ -279,10 +279,25 @@ def _attr_key(attrs):
     return tuple(sorted(attrs.items()))
 
 
-class Trace:
-    """The graph being recorded, as plain lists (converted to networkx by ir)."""
+_LEVELS = [0]
 
-    def __init__(self, backend="numpy"):
+
+class Trace:
+    """The graph being recorded, as plain lists (converted to networkx by ir).
+
+    ``level`` orders traces by creation: a loop body is traced inside the
+    trace that encloses it, so the newest trace among an op's operands is the
+    innermost one, and the op is recorded there.  A body trace (``is_body``)
+    turns a value of an enclosing trace that its code reads (a closure
+    variable) into an extra input, and remembers the outer value in
+    ``captured``: the loop node takes it as an operand."""
+
+    def __init__(self, backend="numpy", is_body=False):
+        _LEVELS[0] += 1
+        self.level = _LEVELS[0]
+        self.is_body = is_body
+        self.captured = []
+        self._captures = {}
         self.nodes: list[Node] = []
         self.inputs: list[int] = []
         self.outputs: list[int] = []
@@ -329,18 +344,33 @@ class Trace:
 
     def operand(self, a):
         if isinstance(a, Tracer):
+            if a._trace is not self and self.is_body and a._trace.level < self.level:
+                return self._capture(a)
             if a._trace is not self:
                 raise TraceError("a value from one trace was used inside another (a tracer "
                                  "leaked out of a traced function, e.g. stored in a global); "
                                  "return it instead")
             return a.id
         if hasattr(a, "grad_fn"):  # an eager Tensor captured by the traced code
+            if self.is_body and a.requires_grad:
+                from tracegrad.ops.control import _Eager
+                raise _Eager()
             return self.const(a._data)
         if isinstance(a, np.generic):
             return self.const(np.asarray(a))
         if type(a).__module__.startswith("cupy"):
             return self.const(a.get())
         return self.const(a)
+
+    def _capture(self, a):
+        """An enclosing trace's value read by a body: an input of the body."""
+        nid = self._captures.get((id(a._trace), a.id))
+        if nid is None:
+            t = self.new_input(a.aval, f"captured_{len(self.captured)}", a._face)
+            nid = t.id
+            self._captures[(id(a._trace), a.id)] = nid
+            self.captured.append(a._copy())
+        return nid
 
     def bind(self, prim, args, attrs):
         ids = tuple(self.operand(a) for a in args)
@@ -439,10 +469,13 @@ def _shape_by_eval(prim):
 
 
 def _trace_bind(prim, args, attrs):
+    # the innermost (newest) trace among the operands records the op
+    best = None
     for a in args:
         t = getattr(a, "_trace", None)
-        if t is not None:
-            return t.bind(prim, args, attrs)
+        if t is not None and (best is None or t.level > best.level):
+            best = t
+    return best.bind(prim, args, attrs)
 
 
 primitives._trace_bind = _trace_bind
@@ -555,4 +588,318 @@ def trace_function(fn, leaves_avals, rebuild_args, names, backend="numpy", faces
                 raise TypeError(f"the traced function returned a {type(o).__name__}; a compiled "
                                 f"function returns arrays, numbers, or tuples/lists/dicts of "
                                 f"them") from None
+    roll_loops(trace)
     return trace, out_tree
+
+
+# --- bodies of loops and branches -------------------------------------------------------
+
+def trace_body(fn, avals, faces=None):
+    """Trace ``fn(*tracers) -> tuple of values`` into a ``Body``.
+
+    Values of enclosing traces that ``fn`` reads become extra inputs after
+    the declared ones.  Returns (body, captured outer values, None)."""
+    from tracegrad.ops.control import Body
+    T = Trace(is_body=True)
+    faces = faces or ["numpy"] * len(avals)
+    xs = [T.new_input(Aval(tuple(a.shape), np.dtype(a.dtype)), f"in_{i}", f)
+          for i, (a, f) in enumerate(zip(avals, faces))]
+    outs = fn(*xs)
+    if not isinstance(outs, tuple):
+        outs = (outs,)
+    for o in outs:
+        if isinstance(o, Tracer) or hasattr(o, "grad_fn"):
+            T.outputs.append(T.operand(o))
+        else:
+            try:
+                T.outputs.append(T.const(np.asarray(o)))
+            except TypeError:
+                raise TypeError(f"a loop or branch body returned a {type(o).__name__}; bodies "
+                                f"return arrays, numbers, or tuples/lists/dicts of them") from None
+    # the backend is the enclosing trace's; a body's code is the same for both
+    backend = next((c._trace.backend for c in T.captured), "numpy")
+    T.backend = backend
+    body = Body(T.nodes, T.inputs, T.outputs, backend, T.structure_hash())
+    return body, list(T.captured), None
+
+
+def _install_control_flow():
+    from tracegrad.ops import control
+    control.hooks.trace_body = trace_body
+    control.hooks.tree_flatten = tree_flatten
+    control.hooks.tree_unflatten = tree_unflatten
+
+
+_install_control_flow()
+
+
+# --- rolling of Python loops --------------------------------------------------------------
+# A Python ``for`` loop unrolls while tracing: every iteration appends the same
+# ops, from the same source lines, wired the same way.  ``roll_loops`` finds
+# such runs in the recorded node list and replaces them by ONE scan node whose
+# body is one iteration, so the graph, the passes and the generated code no
+# longer grow with the trip count.  A run is rolled only when every iteration
+# has the same ops, attributes, shapes, dtypes and source lines, reads the
+# previous iteration only through values it carries, reads the same values
+# from before the loop, and nothing after the loop reads a value of an
+# iteration other than the last one's carried values.  Anything else stays
+# unrolled: rolling never changes what is computed, only how it is written.
+
+ROLL_MIN_STEPS = 4      # fewer iterations stay unrolled
+ROLL_MIN_NODES = 256    # nor loops of fewer recorded ops in all (they compile fast;
+                        # unrolled, the buffer planner reuses their arrays)
+_ROLL_CANDIDATES = 4    # periods tried at one position
+
+
+def _roll_enabled():
+    return os.environ.get("TRACEGRAD_ROLL", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def roll_loops(trace):
+    """Roll repeated iterations of ``trace`` into scan nodes, in place (inner
+    loops first, so nested Python loops roll as nested scans)."""
+    if not _roll_enabled():
+        return trace
+    while _roll_once(trace):
+        pass
+    return trace
+
+
+def _roll_once(T):
+    """One pass: the loops with the shortest iterations first (periods up to
+    4, 16, 64, ... ops), so an inner loop rolls before the loop around it
+    and the outer loop's body holds the inner scan.  True if it rolled."""
+    from bisect import bisect_right
+    nodes = T.nodes
+    seq = [n.id for n in nodes if n.op not in ("input", "const")]
+    if len(seq) < ROLL_MIN_NODES:
+        return False
+    table, sig, occ = {}, [], {}
+    for k, nid in enumerate(seq):
+        n = nodes[nid]
+        try:
+            s = (n.op, _attr_key(n.attrs), n.aval, n.loc[:2] if n.loc else None, len(n.inputs))
+            hash(s)
+        except TypeError:
+            s = ("unique", nid)
+        code = table.setdefault(s, len(table))
+        sig.append(code)
+        occ.setdefault(code, []).append(k)
+    pos = {nid: k for k, nid in enumerate(seq)}
+    # the last position that reads each node (trace outputs read from "after everything")
+    last_read = {}
+    for k, nid in enumerate(seq):
+        for u in nodes[nid].inputs:
+            last_read[u] = k
+    for o in T.outputs:
+        last_read[o] = len(seq)
+    N = len(seq)
+    limit = 4
+    while True:
+        rolls = _find_runs(T, seq, pos, last_read, sig, occ, limit)
+        if rolls:
+            _apply_rolls(T, rolls)
+            return True
+        if limit >= N:
+            return False
+        limit *= 4
+
+
+def _find_runs(T, seq, pos, last_read, sig, occ, limit):
+    from bisect import bisect_right
+    rolls = []
+    i = 0
+    N = len(seq)
+    while i < N:
+        found = skip = None
+        lst = occ[sig[i]]
+        at = bisect_right(lst, i)
+        for j in lst[at:at + _ROLL_CANDIDATES]:
+            p = j - i
+            if p > limit:
+                break
+            block = sig[i:j]
+            m = 1
+            while i + (m + 1) * p <= N and sig[i + m * p:i + (m + 1) * p] == block:
+                m += 1
+            if m >= ROLL_MIN_STEPS and m * p >= ROLL_MIN_NODES:
+                found = _plan_roll(T, seq, pos, last_read, i, p, m)
+                if found is None:
+                    skip = i + m * p   # the same run at another phase fails alike
+                break
+        if found is not None:
+            rolls.append(found)
+            i = found["end"]
+        elif skip is not None:
+            i = skip
+        else:
+            i += 1
+    return rolls
+
+
+def _plan_roll(T, seq, pos, last_read, i, p, m):
+    """Check the dataflow of the run of m blocks of p nodes at seq[i]; the
+    plan of the scan that replaces it, or None."""
+    nodes = T.nodes
+    B = [seq[i + r * p:i + (r + 1) * p] for r in range(m)]
+    rep_of = {}
+    for r in range(m):
+        for j, nid in enumerate(B[r]):
+            rep_of[nid] = (r, j)
+
+    def kinds(r):
+        out = []
+        for nid in B[r]:
+            ks = []
+            for u in nodes[nid].inputs:
+                ru = rep_of.get(u)
+                if ru is None:
+                    ks.append(("out", u))
+                elif ru[0] == r:
+                    ks.append(("in", ru[1]))
+                elif ru[0] == r - 1:
+                    ks.append(("carry", ru[1]))
+                else:
+                    return None    # reads an iteration further back
+            out.append(ks)
+        return out
+
+    tmpl = kinds(1)
+    if tmpl is None:
+        return None
+    for r in range(2, m):
+        if kinds(r) != tmpl:
+            return None
+    carries = sorted({k for ks in tmpl for kind, k in ks if kind == "carry"})
+    # iteration 0 reads the carries' initial values from before the loop
+    first, init = 0, {}
+    k0 = kinds(0)
+    ok = k0 is not None
+    if ok:
+        for ks0, ks in zip(k0, tmpl):
+            for a, b in zip(ks0, ks):
+                if b[0] == "carry":
+                    if a[0] != "out" or init.setdefault(b[1], a[1]) != a[1]:
+                        ok = False
+                elif a != b:
+                    ok = False
+        for k, x in init.items():
+            xa, ka = nodes[x].aval, nodes[B[0][k]].aval
+            if not isinstance(xa, Aval) or (tuple(xa.shape), np.dtype(xa.dtype)) != \
+                    (tuple(ka.shape), np.dtype(ka.dtype)):
+                ok = False   # e.g. a Python number that becomes an array
+    if not ok:
+        first = 1
+        init = {k: B[0][k] for k in carries}
+    # what is read after the run: only the last iteration's values
+    end_pos = i + m * p
+    late = {rep_of[nid] for r in range(m) for nid in B[r] if last_read.get(nid, -1) >= end_pos}
+    if any(r != m - 1 for r, _ in late):
+        return None
+    last = m
+    if any(j not in carries for _, j in late):
+        last = m - 1     # the last iteration stays unrolled
+    if last - first < 2 or not carries:
+        return None
+    return dict(B=B, tmpl=tmpl, carries=carries, init=init, first=first, last=last,
+                end=end_pos, p=p)
+
+
+def _apply_rolls(T, rolls):
+    from tracegrad.ops.control import Body, scan_p
+    nodes = T.nodes
+    removed = {}
+    replace = {}     # old id -> ("proj", roll index, carry number)
+    starts = {}
+    for ri, R in enumerate(rolls):
+        B, first, last = R["B"], R["first"], R["last"]
+        for r in range(first, last):
+            for nid in B[r]:
+                removed[nid] = ri
+        # the scan takes the place of the run's last node: everything it
+        # reads (constants first used inside the loop too) is recorded by then
+        starts[B[last - 1][-1]] = ri
+        for c, k in enumerate(R["carries"]):
+            replace[B[last - 1][k]] = (ri, c)
+        R["body"] = _roll_body(T, R)
+    new_nodes, new_id = [], {}
+
+    def add(op, inputs, attrs, aval, loc, value=None, name=None):
+        n = Node(len(new_nodes), op, tuple(inputs), attrs, aval, loc, value, name)
+        new_nodes.append(n)
+        return n.id
+
+    def ref(u):
+        if u in replace:
+            ri, c = replace[u]
+            return rolls[ri]["projs"][c]
+        return new_id[u]
+
+    explain = bool(os.environ.get("TRACEGRAD_EXPLAIN"))
+    for n in nodes:
+        if n.id in starts:
+            R = rolls[starts[n.id]]
+            body, captured = R["body"]
+            ops = [ref(R["init"][k]) for k in R["carries"]] + [ref(u) for u in captured]
+            avals = tuple(nodes[R["B"][R["first"]][k]].aval for k in R["carries"])
+            loc = nodes[R["B"][R["first"]][0]].loc
+            sid = add("scan", ops, dict(body=body, length=R["last"] - R["first"],
+                                        n_carry=len(avals), n_xs=0, start=None,
+                                        reverse=False), avals, loc)
+            R["projs"] = [add("proj", (sid,), {"index": c}, a, loc) for c, a in enumerate(avals)]
+            if explain:
+                where = f"{os.path.basename(loc[0])}:{loc[1]}" if loc else "?"
+                print(f"tracegrad: rolled a Python loop at {where}: {R['last'] - R['first']} "
+                      f"iterations of {R['p']} ops into one scan node", file=sys.stderr)
+        if n.id in removed:
+            continue
+        new_id[n.id] = add(n.op, [ref(u) for u in n.inputs], n.attrs, n.aval, n.loc, n.value,
+                           n.name)
+    T.nodes = new_nodes
+    T.inputs = [new_id[v] for v in T.inputs]
+    T.outputs = [ref(v) for v in T.outputs]
+    T._cse = {}
+    T._consts = {k: new_id[v] for k, v in T._consts.items() if v in new_id}
+    T._aliased = {}
+    T._hash = None
+
+
+def _roll_body(T, R):
+    """One iteration as a Body: (carries..., values from before the loop...)
+    -> carries.  Returns (body, the outer node ids it reads)."""
+    from tracegrad.ops.control import Body
+    nodes = T.nodes
+    tmpl, carries, p = R["tmpl"], R["carries"], R["p"]
+    rep = R["B"][max(R["first"], 1)]
+    BT = Trace(T.backend, is_body=True)
+    carry_in = {}
+    for k in carries:
+        a = nodes[rep[k]].aval
+        carry_in[k] = BT.new_input(a, f"carry_{k}").id
+    outer, captured = {}, []
+    for ks in tmpl:
+        for kind, u in ks:
+            if kind == "out" and nodes[u].op != "const" and u not in outer:
+                outer[u] = BT.new_input(_aval_of_node(nodes[u]), f"outer_{len(captured)}").id
+                captured.append(u)
+    env = {}
+    for j in range(p):
+        n = nodes[rep[j]]
+        ids = []
+        for kind, u in tmpl[j]:
+            if kind == "in":
+                ids.append(env[u])
+            elif kind == "carry":
+                ids.append(carry_in[u])
+            elif nodes[u].op == "const":
+                ids.append(BT.const(nodes[u].value))
+            else:
+                ids.append(outer[u])
+        env[j] = BT._add(n.op, tuple(ids), dict(n.attrs), n.aval, n.loc).id
+    BT.outputs = [env[k] for k in carries]
+    return Body(BT.nodes, BT.inputs, BT.outputs, T.backend, BT.structure_hash()), captured
+
+
+def _aval_of_node(n):
+    a = n.aval
+    return a if isinstance(a, Aval) else Aval((), np.result_type(a))

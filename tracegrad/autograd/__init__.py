@@ -12,6 +12,7 @@ from tracegrad.autograd.anomaly_mode import (detect_anomaly, set_detect_anomaly,
 from tracegrad.autograd import profiler
 from tracegrad.autograd.graph import saved_tensors_hooks, save_on_cpu
 from tracegrad.autograd import functional
+from tracegrad.autograd import forward_ad
 from tracegrad.autograd.replay import set_backward_replay, is_backward_replay_enabled
 
 __all__ = ["backward", "grad", "no_grad", "enable_grad", "set_grad_enabled",
@@ -19,4 +20,4 @@ __all__ = ["backward", "grad", "no_grad", "enable_grad", "set_grad_enabled",
            "Function", "once_differentiable", "gradcheck", "gradgradcheck", "GradcheckError",
            "detect_anomaly", "set_detect_anomaly", "is_anomaly_enabled",
            "is_anomaly_check_nan_enabled", "profiler", "saved_tensors_hooks", "save_on_cpu",
-           "functional", "set_backward_replay", "is_backward_replay_enabled"]
+           "functional", "forward_ad", "set_backward_replay", "is_backward_replay_enabled"]

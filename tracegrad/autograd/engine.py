@@ -17,7 +17,7 @@ from tracegrad.autograd.grad_mode import state as _mode
 from tracegrad.autograd.graph import AccumulateGrad
 from tracegrad.autograd.profiler_state import _state as _prof_state
 from tracegrad import tensor as _tensor
-from tracegrad.tensor import PrimNode, Tensor
+from tracegrad.tensor import PRIM_NODE_CLASSES, PrimNode, Tensor
 
 
 class _NoReplay:
@@ -392,7 +392,8 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
                     continue  # a target whose inputs lead to no other target
             else:
                 needs = None
-            is_prim = type(node) is PrimNode
+            tn = type(node)
+            is_prim = tn is PrimNode or tn in PRIM_NODE_CLASSES
             n_none = 0
             if is_prim:
                 for g in grads:

@@ -48,7 +48,8 @@ import numpy as np
 from tracegrad.autograd.grad_mode import state as _mode
 from tracegrad.autograd import graph as _graph
 from tracegrad.autograd.graph import FREED_MSG, Node
-from tracegrad.tensor import Tensor
+from tracegrad.autograd import forward_ad as _fwad
+from tracegrad.tensor import Tensor, _FW
 
 __all__ = ["Function", "FunctionCtx", "BackwardCFunction", "once_differentiable",
            "function_rules", "InplaceFunction"]
@@ -158,6 +159,8 @@ class BackwardCFunction(Node, FunctionCtx):
     def saved_tensors(self):
         """The tensors given to ``save_for_backward``, checked against
         in-place modification since they were saved."""
+        if self.__dict__.get("_in_jvp"):   # inside jvp: what save_for_forward kept
+            return tuple(getattr(self, "saved_for_forward", None) or ())
         if self._released:
             raise RuntimeError(FREED_MSG)
         saved = self._saved
@@ -332,17 +335,29 @@ class Function(_SingleLevelFunction):
         node._input_is_tensor = tuple(isinstance(a, Tensor) for a in args)
         node._input_meta = tuple((tuple(a.shape), a.dtype) if isinstance(a, Tensor) else None
                                  for a in args)
+        tangents = _fwad.function_tangents(args) if _FW.level is not None else None
         prev = _mode.grad_enabled
         _mode.grad_enabled = False
         try:
-            if setup_ctx:
-                outputs = cls.forward(*args)
-                cls.setup_context(node, args, outputs)
+            if _FW.level is not None:   # forward runs on the primals; jvp gives the tangents
+                with _fwad.plain_ops():
+                    outputs = _run_forward(cls, node, args, setup_ctx)
             else:
-                outputs = cls.forward(node, *args)
+                outputs = _run_forward(cls, node, args, setup_ctx)
         finally:
             _mode.grad_enabled = prev
-        return _wrap_outputs(node, args, outputs, is_executable)
+        outputs = _wrap_outputs(node, args, outputs, is_executable)
+        if tangents is not None:
+            _fwad.attach_function_tangents(cls, node, args, tangents, outputs)
+        return outputs
+
+
+def _run_forward(cls, node, args, setup_ctx):
+    if setup_ctx:
+        outputs = cls.forward(*args)
+        cls.setup_context(node, args, outputs)
+        return outputs
+    return cls.forward(node, *args)
 
 
 def _bind_args(cls, args, kwargs, setup_ctx):

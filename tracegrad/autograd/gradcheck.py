@@ -19,6 +19,7 @@ import warnings
 
 import numpy as np
 
+from tracegrad.autograd import forward_ad
 from tracegrad.tensor import Tensor, _to_host
 
 __all__ = ["gradcheck", "gradgradcheck", "GradcheckError", "get_numerical_jacobian"]
@@ -235,13 +236,13 @@ def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=T
     ``rtol``) to the numerical one; otherwise raises ``GradcheckError``
     (or returns False with ``raise_exception=False``).  The defaults are
     meant for float64 inputs; others trigger a warning."""
-    if check_forward_ad or check_batched_forward_grad:
+    if check_batched_forward_grad:
         raise NotImplementedError(
-            "check_forward_ad=True: tracegrad's eager mode has no forward-mode AD; check "
-            "forward-mode rules through tg.jvp instead")
-    if not check_backward_ad:
-        raise ValueError("gradcheck has nothing to check with check_backward_ad=False "
-                         "(forward-mode checks are not available)")
+            "check_batched_forward_grad=True: tracegrad has no batched forward-mode AD in eager "
+            "mode; check_forward_ad=True checks the forward-mode Jacobian column by column")
+    if not check_backward_ad and not check_forward_ad:
+        raise ValueError("gradcheck has nothing to check with check_backward_ad=False and "
+                         "check_forward_ad=False")
     if masked:
         raise NotImplementedError("masked=True: tracegrad has no sparse or masked tensors")
     tupled_inputs = _as_tuple(inputs)
@@ -253,7 +254,8 @@ def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=T
 
     # Outputs that do not require grad must not depend on the inputs.
     numerical = None
-    if not fast_mode or any(_is_float_tensor(o) and not o.requires_grad for o in func_out):
+    if not fast_mode or check_forward_ad or any(_is_float_tensor(o) and not o.requires_grad
+                                                for o in func_out):
         numerical = [_numerical_columns(func, tupled_inputs, x, func_out, eps)
                      for x in diff_inputs]
     for o_idx, o in enumerate(func_out):
@@ -265,6 +267,13 @@ def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=T
                              f"{o_idx} does not require grad, yet it changes with input "
                              f"{diff_idx[i]}:\nnumerical:\n{_fmt(cols[o_idx])}", raise_exception)
 
+    if check_forward_ad:
+        ok = _check_forward_ad(func, tupled_inputs, func_out, diff_idx, numerical, atol, rtol,
+                               raise_exception)
+        if not ok:
+            return False
+    if not check_backward_ad:
+        return True
     out_positions = [k for k, o in enumerate(func_out) if isinstance(o, Tensor) and o.requires_grad]
     if fast_mode:
         ok = _fast_check(func, tupled_inputs, func_out, diff_idx, diff_inputs, out_positions, eps,
@@ -308,6 +317,40 @@ def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=T
         ok = _check_undefined_grad(func_out, out_positions, raise_exception)
         if not ok:
             return False
+    return True
+
+
+def _check_forward_ad(func, inputs, func_out, diff_idx, numerical, atol, rtol, raise_exception):
+    """The Jacobian from forward-mode AD (one dual-number pass per input
+    element: the tangent is that element's unit vector) against the
+    numerical one."""
+    positions = [k for k, o in enumerate(func_out) if _is_float_tensor(o)]
+    for i, x_idx in enumerate(diff_idx):
+        x = inputs[x_idx]
+        n_in = _numel(x)
+        jac = {k: np.zeros((n_in, _numel(func_out[k]))) for k in positions}
+        for j in range(n_in):
+            e = np.zeros(n_in, dtype=x.dtype)
+            e[j] = 1.0
+            with forward_ad.dual_level():
+                args = list(inputs)
+                args[x_idx] = forward_ad.make_dual(
+                    x.detach(), Tensor(_xp(x).asarray(e.reshape(x.shape))))
+                outs = _as_tuple(func(*args))
+                for k in positions:
+                    t = forward_ad.unpack_dual(outs[k]).tangent
+                    if t is not None:
+                        jac[k][j] = np.asarray(_to_host(t._data), dtype=np.float64).reshape(-1)
+        for k in positions:
+            n = numerical[i][k]
+            if n is None:
+                continue
+            if not np.allclose(jac[k], n, rtol=rtol, atol=atol):
+                return _fail(
+                    f"Jacobian computed with forward mode mismatch for output {k} with respect "
+                    f"to input {x_idx},\n{_side_by_side(n, jac[k])}\n(rows: elements of input "
+                    f"{x_idx}, columns: elements of output {k}; atol={atol}, rtol={rtol})\n"
+                    f"largest differences:\n{_worst(n, jac[k], atol, rtol)}", raise_exception)
     return True
 
 

@@ -139,6 +139,9 @@ class AccumulateGrad(Node):
     def variable(self):
         return self._variable()
 
+    def name(self):
+        return "torch::autograd::AccumulateGrad"
+
 
 # --- saved-tensor hooks -------------------------------------------------------
 

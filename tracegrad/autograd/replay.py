@@ -51,7 +51,7 @@ from tracegrad.autograd.grad_mode import state as _mode
 from tracegrad.autograd.graph import AccumulateGrad
 from tracegrad import primitives
 from tracegrad.autograd.profiler_state import _state as _prof_state
-from tracegrad.tensor import NumpyTensor, PrimNode, Tensor
+from tracegrad.tensor import NumpyTensor, PRIM_NODE_CLASSES, PrimNode, Tensor
 
 _ndarray = np.ndarray
 
@@ -164,7 +164,7 @@ def _gather(nodes, seed_shape, seed_dtype, seed, output_nr):
         if tn is AccumulateGrad:
             put(_LEAF)
             continue
-        if tn is not PrimNode or n.freed:
+        if (tn is not PrimNode and tn not in PRIM_NODE_CLASSES) or n.freed:
             return None
         attrs = n.attrs
         nfs = n.next_functions

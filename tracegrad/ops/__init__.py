@@ -8,11 +8,11 @@ methods and NumPy overrides.  ``tracegrad`` re-exports the names in
 import types as _types
 
 from tracegrad.ops import (_define, base, elementwise, reductions, shape, indexing, linalg, nn,
-                           custom, devices, random, numpy_functions, special)
+                           custom, devices, random, numpy_functions, special, control)
 
 __all__ = ["linalg"]
 for _mod in (base, elementwise, reductions, shape, indexing, linalg, nn, custom, devices, random,
-             numpy_functions, special):
+             numpy_functions, special, control):
     _names = getattr(_mod, "__all__", None)
     if _names is None:  # base: the functions it defines, not what it imports
         _names = [k for k, v in vars(_mod).items() if not k.startswith("_")

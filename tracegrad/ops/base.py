@@ -749,9 +749,16 @@ def reshape(x, *shape, newshape=None, order="C", **kw):
     if order == "F":
         return transpose(reshape(transpose(x), tuple(reversed(shape))))
     _check_order(order, "reshape")
-    if shape == shape_of(x) and is_value(x):
+    if shape == shape_of(x) and _identity_ok(x):
         return x
     return bind(reshape_p, x, shape=shape)
+
+
+def _identity_ok(x):
+    """A shape op that changes nothing may hand back its operand itself,
+    except for an eager tensor that requires grad: torch gives that a view
+    with a grad_fn (ViewBackward0, ExpandBackward0...), and so do we."""
+    return is_value(x) and not getattr(x, "_requires_grad", False)
 
 
 def _check_order(order, what):
@@ -775,7 +782,7 @@ def broadcast_to(x, *shape, **kw):
     # torch's expand: -1 keeps the existing size
     lead = len(shape) - len(xs)
     shape = tuple(int(xs[i - lead]) if d == -1 else int(d) for i, d in enumerate(shape))
-    if shape == xs and is_value(x):
+    if shape == xs and _identity_ok(x):
         return x
     try:
         np.broadcast_shapes(xs, shape)
@@ -798,7 +805,7 @@ def transpose(x, *axes, **kw):
     if len(axes) != nd:
         raise ValueError(f"transpose: axes {tuple(axes)} don't match an array of {nd} dimensions")
     axes = tuple(int(a) % nd for a in axes)
-    if axes == tuple(range(nd)) and is_value(x):
+    if axes == tuple(range(nd)) and _identity_ok(x):
         return x
     return bind(transpose_p, x, axes=axes)
 
@@ -818,7 +825,7 @@ def swapaxes(x, axis1, axis2):
     axes = list(range(nd))
     a, b = axis1 % nd, axis2 % nd
     axes[a], axes[b] = axes[b], axes[a]
-    if a == b:
+    if a == b and (_identity_ok(x) or not is_value(x)):
         return x
     return bind(transpose_p, x, axes=tuple(axes))
 

@@ -1,6 +1,10 @@
 """``scipy.special``'s differentiable functions (the ones HIPS autograd offers).
 
-Rows: gammaln, polygamma (digamma is n=0), erfinv (``tracegrad/ops/special.py``).
+Rows: gammaln, polygamma (digamma is n=0), erfinv, bessel_j / bessel_y (integer
+order), bessel_ive (real order v >= 0), gammainc, betainc (``tracegrad/ops/special.py``).
+Bessel orders are static (Python numbers); gammainc, gammaincc and betainc are
+differentiable in x only (as in SciPy and autograd; a derivative in a or b is an
+error, not autograd's silent zero).
 The rest are compositions, so their derivatives come from those rows' rules.
 Precision notes: erfc is 1 - erf (absolute, not relative, accuracy for large
 x); erfcinv is erfinv(1 - y) (loses relative accuracy for y near 0).
@@ -14,10 +18,13 @@ import numpy as np
 from tracegrad import ops as _o
 from tracegrad.ops.special import gammaln, digamma, erfinv
 from tracegrad.ops.special import polygamma as _polygamma
+from tracegrad.ops import special as _rows
 
-__all__ = ["gammaln", "digamma", "psi", "polygamma", "gamma", "rgamma", "multigammaln",
-           "beta", "betaln", "erf", "erfc", "erfinv", "erfcinv", "expit", "logit",
-           "logsumexp", "xlogy", "xlog1py"]
+__all__ = ["gammaln", "digamma", "psi", "polygamma", "gamma", "rgamma", "gammasgn",
+           "multigammaln", "beta", "betaln", "betainc", "gammainc", "gammaincc",
+           "erf", "erfc", "erfinv", "erfcinv", "expit", "logit", "logsumexp", "xlogy",
+           "xlog1py", "j0", "j1", "jn", "y0", "y1", "yn", "i0", "i1", "i0e", "i1e", "iv",
+           "ive"]
 
 psi = digamma
 erf = _o.erf
@@ -37,6 +44,21 @@ def polygamma(n, x):
     if n.ndim or n.dtype.kind not in "iu" and float(n) != int(n):
         raise NotImplementedError("polygamma: n must be one static integer")
     return _polygamma(int(n), x)
+
+
+def gammasgn(x):
+    """The sign of Gamma(x), as SciPy: -1 where x < 0 and floor(x) is odd,
+    nan at the poles -1, -2, ..., at -inf and nan, the sign of zero at 0; its
+    derivative is 0."""
+    x = _f(x)
+    k = _o.floor(_o.where(_o.isfinite(x), x, 0.0))   # no warnings from inf and nan
+    neg = _o.logical_and(_o.less(x, 0), _o.not_equal(_o.remainder(k, 2.0), 0))
+    pole = _o.logical_or(_o.logical_and(_o.less(x, 0), _o.logical_or(_o.equal(x, k),
+                                                                      _o.isinf(x))),
+                         _o.isnan(x))
+    sgn = _o.where(neg, -1.0, 1.0)
+    sgn = _o.where(_o.equal(x, 0), _o.copysign(1.0, x), sgn)
+    return _o.where(pole, np.nan, sgn)
 
 
 def gamma(x):
@@ -125,3 +147,75 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     if not keepdims:
         out = _o.squeeze(out, axis=axes)
     return out
+
+
+# --- incomplete gamma and beta (differentiable in x) --------------------------------------
+
+def gammainc(a, x):
+    """The regularized lower incomplete gamma function P(a, x)."""
+    return _rows.gammainc(_f(a), _f(x))
+
+
+def gammaincc(a, x):
+    """The regularized upper incomplete gamma function Q(a, x) = 1 - P(a, x)."""
+    return _rows.gammainc(_f(a), _f(x), upper=True)
+
+
+def betainc(a, b, x):
+    """The regularized incomplete beta function I_x(a, b)."""
+    return _rows.betainc(_f(a), _f(b), _f(x))
+
+
+# --- Bessel functions (static orders) ------------------------------------------------------
+
+def jn(n, x):
+    """J_n(x), n a static integer."""
+    return _rows.jv(n, _f(x))
+
+
+def yn(n, x):
+    """Y_n(x), n a static integer (nan for x < 0, -inf at 0)."""
+    return _rows.yv(n, _f(x))
+
+
+def j0(x):
+    return _rows.jv(0, _f(x))
+
+
+def j1(x):
+    return _rows.jv(1, _f(x))
+
+
+def y0(x):
+    return _rows.yv(0, _f(x))
+
+
+def y1(x):
+    return _rows.yv(1, _f(x))
+
+
+def ive(v, x):
+    """exp(-|x|) I_v(x), v a static real order >= 0 (or a negative integer)."""
+    return _rows.ive(v, _f(x))
+
+
+def iv(v, x):
+    """I_v(x) = exp(|x|) ive(v, x)."""
+    x = _f(x)
+    return _o.exp(_o.abs(x)) * _rows.ive(v, x)
+
+
+def i0(x):
+    return iv(0, x)
+
+
+def i1(x):
+    return iv(1, x)
+
+
+def i0e(x):
+    return ive(0, x)
+
+
+def i1e(x):
+    return ive(1, x)

@@ -1,0 +1,207 @@
+"""Long loops: the gradient of the issue's 3-D projectile for n = 10 ... 100,000 steps.
+
+    python benchmarks/loops.py [--steps 10,100,1000,10000,100000] [--calls 5]
+                               [--unrolled-max 1000] [--memory-steps 100000]
+                               [--memory-size 1000]
+
+``miss(v0, n)`` steps a float64[3] state with quadratic drag by explicit
+Euler (a dozen NumPy ops a step) and returns the squared miss distance.  For
+each n it prints, per system:
+
+* compile: the first call minus a later call (tracing, the adjoint, the
+  passes, code generation and loading; the disk cache is off);
+* per call: the median of ``--calls`` later calls of value_and_grad;
+* peak: the peak of Python-allocated memory during one later call
+  (tracemalloc: NumPy's arrays are counted, the interpreter's own are not).
+
+Systems: tracegrad with ``tg.fori_loop`` (one loop node: compile time does
+not depend on n), tracegrad on the plain Python loop (rolled into the same
+loop node while tracing; tracing itself still runs every iteration, so the
+first call grows with n: only up to ``--unrolled-max`` steps), jax.jit with
+``lax.fori_loop`` and HIPS autograd on the Python loop when they are
+importable (never installed by tracegrad).  The fori_loop gradients are
+checked against the Python loop's to rtol 1e-12 where both run.
+
+Then the memory run: reverse mode through ``--memory-steps`` steps of a
+float64[``--memory-size``] state with ``checkpoint=True`` (every
+ceil(sqrt(n))-th carry stored), against storing every carry at a tenth of
+the steps.
+
+Timings on a shared machine are noisy; compare within one run.
+"""
+import os
+
+for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_v] = "1"
+os.environ.setdefault("TRACEGRAD_CACHE", "0")   # measure compiling, not the disk cache
+
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import tracemalloc  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import tracegrad as tg  # noqa: E402
+
+TARGET = np.array([10., 0., 0.])
+G = np.array([0., 0., -9.8])
+
+
+def miss(v0, n):
+    """The issue's function, as a user writes it: a plain Python loop."""
+    x = np.zeros(3)
+    v = v0
+    for _ in range(n):
+        a = -0.1 * v * np.sqrt(np.sum(v * v)) + np.array([0., 0., -9.8])
+        v = v + 0.01 * a
+        x = x + 0.01 * v
+    return np.sum((x - np.array([10., 0., 0.])) ** 2)
+
+
+def miss_fori(v0, n):
+    """The same with tg.fori_loop: one loop node whatever n is."""
+    def body(i, s):
+        x, v = s
+        a = -0.1 * v * np.sqrt(np.sum(v * v)) + np.array([0., 0., -9.8])
+        v = v + 0.01 * a
+        x = x + 0.01 * v
+        return (x, v)
+    x, v = tg.fori_loop(0, n, body, (np.zeros(3), v0))
+    return np.sum((x - np.array([10., 0., 0.])) ** 2)
+
+
+def measure(make, n, calls):
+    """(compile s, per-call s, peak bytes, (value, grad)) for a fresh function."""
+    f = make()
+    v0 = np.array([5., 0., 5.])
+    t0 = time.perf_counter()
+    res = f(v0, n)
+    first = time.perf_counter() - t0
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        res = f(v0, n)
+        times.append(time.perf_counter() - t0)
+    per = statistics.median(times)
+    tracemalloc.start()
+    f(v0, n)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return max(first - per, 0.0), per, peak, res
+
+
+def systems(unrolled_max):
+    out = [("tracegrad fori_loop", lambda: tg.value_and_grad(miss_fori, static_argnums=(1,)),
+            None),
+           ("tracegrad Python loop", lambda: tg.value_and_grad(miss, static_argnums=(1,)),
+            unrolled_max)]
+    try:
+        import jax
+        jax.config.update("jax_enable_x64", True)
+        import jax.numpy as jnp
+
+        def jmiss(v0, n):
+            def body(i, s):
+                x, v = s
+                a = -0.1 * v * jnp.sqrt(jnp.sum(v * v)) + jnp.array([0., 0., -9.8])
+                v = v + 0.01 * a
+                return (x + 0.01 * v, v)
+            x, v = jax.lax.fori_loop(0, n, body, (jnp.zeros(3), v0))
+            return jnp.sum((x - jnp.array([10., 0., 0.])) ** 2)
+
+        def make_jax():
+            f = jax.jit(jax.value_and_grad(jmiss), static_argnums=(1,))
+            return lambda v0, n: jax.block_until_ready(f(v0, n))
+        out.append(("jax.jit + fori_loop", make_jax, None))
+    except ImportError:
+        pass
+    try:
+        import autograd
+        import autograd.numpy as anp
+
+        def amiss(v0, n):
+            x = anp.zeros(3)
+            v = v0
+            for _ in range(n):
+                a = -0.1 * v * anp.sqrt(anp.sum(v * v)) + anp.array([0., 0., -9.8])
+                v = v + 0.01 * a
+                x = x + 0.01 * v
+            return anp.sum((x - anp.array([10., 0., 0.])) ** 2)
+        out.append(("HIPS autograd", lambda: autograd.value_and_grad(amiss), 10000))
+    except ImportError:
+        pass
+    out.append(("tracegrad eager (compile=False)",
+                lambda: tg.value_and_grad(miss, static_argnums=(1,), compile=False), 10000))
+    return out
+
+
+def rollout(x0, w, n, ck):
+    """A float64[D] state stepped n times; reverse mode through it."""
+    def body(i, x):
+        return x + 0.001 * np.tanh(x * w)
+    return np.sum(tg.fori_loop(0, n, body, x0, checkpoint=ck) ** 2)
+
+
+def memory(n, d):
+    """Peak memory of reverse mode through n steps of a float64[d] state,
+    storing every carry and with checkpoint=True (every ceil(sqrt(n))-th)."""
+    rng = np.random.default_rng(0)
+    x0, w = rng.standard_normal(d), rng.standard_normal(d)
+    print(f"\nreverse mode through n steps of a float64[{d}] state "
+          f"(x = x + 0.001 tanh(x w)); peak memory of one later call (tracemalloc)")
+    print(f"{'steps':>7}  {'policy':<34}{'per call s':>11}{'peak MiB':>10}")
+    for steps, ck, label in ((n // 10, None, "every carry stored"),
+                             (n // 10, True, "checkpoint=True"),
+                             (n, True, "checkpoint=True")):
+        f = tg.grad(rollout, static_argnums=(2, 3))
+        g = f(x0, w, steps, ck)
+        t0 = time.perf_counter()
+        tracemalloc.start()
+        g2 = f(x0, w, steps, ck)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        dt = time.perf_counter() - t0
+        assert np.array_equal(g, g2)
+        print(f"{steps:>7}  {label:<34}{dt:>11.2f}{peak / 2**20:>10.1f}")
+        if ck is True and steps == n // 10:
+            ref = tg.grad(rollout, static_argnums=(2, 3))(x0, w, steps, None)
+            same = np.allclose(g, ref, rtol=1e-12, atol=0)
+            print(f"{'':>9}gradient == every-carry gradient (rtol 1e-12): {same}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", default="10,100,1000,10000,100000")
+    ap.add_argument("--calls", type=int, default=5)
+    ap.add_argument("--unrolled-max", type=int, default=1000,
+                    help="largest n for the unrolled Python loop (its compile time grows with n)")
+    ap.add_argument("--memory-steps", type=int, default=100000,
+                    help="steps of the memory run (0: skip it)")
+    ap.add_argument("--memory-size", type=int, default=1000, help="state size of the memory run")
+    args = ap.parse_args()
+    steps = [int(s) for s in args.steps.split(",") if s]
+    print(f"{'steps':>7}  {'system':<32}{'compile s':>10}{'per call ms':>13}{'peak KiB':>10}")
+    for n in steps:
+        ref = None
+        for name, make, limit in systems(args.unrolled_max):
+            if limit is not None and n > limit:
+                print(f"{n:>7}  {name:<32}{'(skipped: n > ' + str(limit) + ')':>33}")
+                continue
+            comp, per, peak, res = measure(make, n, args.calls)
+            note = ""
+            if name.startswith("tracegrad fori"):
+                ref = res
+            elif ref is not None and name.startswith("tracegrad"):
+                ok = np.allclose(res[0], ref[0], rtol=1e-12) and \
+                    np.allclose(res[1], ref[1], rtol=1e-12, atol=0)
+                note = "  grad == fori_loop's (rtol 1e-12)" if ok else "  GRADIENT DIFFERS"
+            print(f"{n:>7}  {name:<32}{comp:>10.3f}{per * 1e3:>13.3f}{peak / 1024:>10.1f}{note}")
+    if args.memory_steps:
+        memory(args.memory_steps, args.memory_size)
+
+
+if __name__ == "__main__":
+    main()

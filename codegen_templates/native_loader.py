@@ -1,0 +1,285 @@
+# The native CPU target's builder (tracegrad, codegen_templates/native_loader.py).
+# It is pasted into every generated native module, so a module written by
+# `tracegrad compile --backend native` needs NumPy and a C compiler but not
+# tracegrad, and tracegrad itself runs this same text to probe the compiler:
+# one copy of the build recipe.
+#
+# recipe(): the compiler (CC or cc), its identity and flags: -O2, the ISA
+# level (-march=x86-64-v3 where the CPU and compiler have it), IEEE
+# arithmetic (no -ffast-math; -fno-math-errno and -fno-trapping-math change
+# no result), glibc's vector math (libmvec) through `#pragma omp simd`,
+# -fopenmp-simd and `__attribute__((simd))` declarations where glibc has
+# the function, scalar libm elsewhere or when asked (TRACEGRAD_NATIVE_MATH=scalar).
+# load_library(): the shared object beside the module (written by atomic
+# rename, so concurrent processes see a complete object or none), built on
+# first use, and refused when another user owns it or others can write it.
+import ctypes as _ctypes
+import hashlib as _hashlib
+import os as _os
+import platform as _platform
+import shlex as _shlex
+import shutil as _shutil
+import stat as _stat
+import subprocess as _subprocess
+import sys as _sys
+import sysconfig as _sysconfig
+import tempfile as _tempfile
+
+
+class NativeBuildError(RuntimeError):
+    """The C compiler is missing or failed; the message says which and why."""
+
+
+# glibc's libmvec: these five since glibc 2.22, the rest since 2.35 (x86-64).
+_MVEC_OLD = ("sin", "cos", "exp", "log", "pow")
+_MVEC_NEW = ("tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
+             "exp2", "expm1", "log1p", "log2", "log10", "erf")
+_V3_FLAGS = ("avx", "avx2", "fma", "bmi1", "bmi2", "movbe", "f16c", "abm", "xsave")
+_BASE_FLAGS = ("-O2", "-std=gnu11", "-fPIC", "-shared", "-fopenmp-simd", "-fno-builtin-sin",
+               "-fno-builtin-cos", "-fno-math-errno", "-fno-trapping-math")
+_recipes = {}
+
+
+def _glibc_version():
+    lib, ver = _platform.libc_ver()
+    return ver if lib == "glibc" else ""
+
+
+def _version_tuple(v):
+    try:
+        return tuple(int(p) for p in v.split(".")[:2])
+    except ValueError:
+        return ()
+
+
+def _cpu_has_v3():
+    if _platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    have = set(line.split(":", 1)[1].split())
+                    return all(fl in have for fl in _V3_FLAGS)
+    except OSError:
+        pass
+    return False
+
+
+def _run_compiler(cmd, what):
+    try:
+        r = _subprocess.run(cmd, stdout=_subprocess.PIPE, stderr=_subprocess.PIPE, timeout=300)
+    except OSError as e:
+        raise NativeBuildError(f"the C compiler {cmd[0]!r} could not be run ({e})") from None
+    except _subprocess.TimeoutExpired:
+        raise NativeBuildError(f"the C compiler {cmd[0]!r} took over 300 s {what}") from None
+    if r.returncode != 0:
+        err = r.stderr.decode(errors="replace").strip().splitlines()[-12:]
+        raise NativeBuildError(f"the C compiler {cmd[0]!r} failed {what} (exit status "
+                               f"{r.returncode}):\n" + "\n".join(err))
+    return r
+
+
+_PROBE = r"""
+#include <math.h>
+%s
+void tg_probe(const double* __restrict__ a, double* __restrict__ b, long long n) {
+#pragma omp simd
+    for (long long i = 0; i < n; i++) b[i] = exp(a[i]) + log1p(a[i]);
+}
+"""
+
+
+def _try(cmd, flags, decls, libs):
+    d = _tempfile.mkdtemp(prefix="tracegrad-probe-")
+    try:
+        src = _os.path.join(d, "probe.c")
+        with open(src, "w") as f:
+            f.write(_PROBE % decls)
+        _run_compiler(cmd + list(flags) + [src, "-o", _os.path.join(d, "probe.so")] + list(libs),
+                      "on a probe file")
+        return True
+    except NativeBuildError:
+        return False
+    finally:
+        _shutil.rmtree(d, ignore_errors=True)
+
+
+_PROBE_EXT = r"""
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+static struct PyModuleDef m = {PyModuleDef_HEAD_INIT, "tg_probe", NULL, -1, NULL};
+PyMODINIT_FUNC PyInit_tg_probe(void) { return PyModule_Create(&m); }
+"""
+
+
+def _python_include(cmd, flags, libs):
+    """The folder of Python.h when a CPython extension builds with it, else
+    None (then the kernels are called through ctypes)."""
+    inc = _sysconfig.get_paths().get("include")
+    if _sys.implementation.name != "cpython" or not inc or \
+            not _os.path.isfile(_os.path.join(inc, "Python.h")):
+        return None
+    d = _tempfile.mkdtemp(prefix="tracegrad-probe-")
+    try:
+        src = _os.path.join(d, "probe.c")
+        with open(src, "w") as f:
+            f.write(_PROBE_EXT)
+        _run_compiler(cmd + list(flags) + ["-I" + inc, src, "-o", _os.path.join(d, "p.so")]
+                      + list(libs), "on a probe extension")
+        return inc
+    except NativeBuildError:
+        return None
+    finally:
+        _shutil.rmtree(d, ignore_errors=True)
+
+
+def vector_math_decls(funcs):
+    """`__attribute__((simd))` declarations of the math functions libmvec has."""
+    out = []
+    for fn in funcs:
+        two = fn == "pow"
+        out.append(f"__attribute__((simd(\"notinbranch\"))) double {fn}(double"
+                   f"{', double' if two else ''});")
+        out.append(f"__attribute__((simd(\"notinbranch\"))) float {fn}f(float"
+                   f"{', float' if two else ''});")
+    return "\n".join(out)
+
+
+def recipe(cc=None, math=None):
+    """The build recipe for this machine: a dict with the compiler command,
+    flags, libraries, ISA level, vector-math functions and an identity
+    string (every part that changes the object: it belongs in a cache key).
+    Raises NativeBuildError when there is no working C compiler."""
+    cc = cc or _os.environ.get("CC") or "cc"
+    math = (math or _os.environ.get("TRACEGRAD_NATIVE_MATH") or "vector").strip().lower()
+    if math not in ("vector", "scalar"):
+        raise NativeBuildError(f"TRACEGRAD_NATIVE_MATH must be 'vector' or 'scalar', "
+                               f"got {math!r}")
+    key = (cc, math, _os.environ.get("PATH", ""))
+    if key in _recipes:
+        r = _recipes[key]
+        if isinstance(r, NativeBuildError):
+            raise r
+        return r
+    try:
+        cmd = _shlex.split(cc)
+        if not cmd or _shutil.which(cmd[0]) is None:
+            raise NativeBuildError(f"no C compiler: {cmd[0] if cmd else cc!r} is not on the "
+                                   f"PATH (set CC to a C compiler, or install gcc or clang)")
+        ver = _run_compiler(cmd + ["--version"], "to tell its version")
+        ident = (ver.stdout.decode(errors="replace").strip().splitlines() or ["?"])[0]
+        flags = list(_BASE_FLAGS)
+        isa = "baseline"
+        if _cpu_has_v3() and _try(cmd, flags + ["-march=x86-64-v3"], "", ["-lm"]):
+            flags.append("-march=x86-64-v3")
+            isa = "x86-64-v3"
+        glibc = _glibc_version()
+        funcs = ()
+        if math == "vector" and _platform.machine().lower() in ("x86_64", "amd64") and glibc:
+            if _version_tuple(glibc) >= (2, 35):
+                funcs = _MVEC_OLD + _MVEC_NEW
+            elif _version_tuple(glibc) >= (2, 22):
+                funcs = _MVEC_OLD
+        libs = ["-lmvec", "-lm"] if funcs else ["-lm"]
+        if funcs and not _try(cmd, flags, vector_math_decls(funcs), libs):
+            funcs, libs = (), ["-lm"]
+        if not _try(cmd, flags, vector_math_decls(funcs), libs):
+            # the compiler runs but cannot build a shared object: say why
+            d = _tempfile.mkdtemp(prefix="tracegrad-probe-")
+            try:
+                src = _os.path.join(d, "probe.c")
+                with open(src, "w") as f:
+                    f.write(_PROBE % "")
+                _run_compiler(cmd + flags + [src, "-o", _os.path.join(d, "p.so")] + libs,
+                              "on a probe file")
+            finally:
+                _shutil.rmtree(d, ignore_errors=True)
+        inc = _python_include(cmd, flags, libs)
+        r = {"cc": cmd, "flags": flags, "libs": libs, "isa": isa, "math": math,
+             "vector_math": list(funcs), "compiler": ident, "glibc": glibc,
+             "python": f"{_sys.implementation.cache_tag} {_sysconfig.get_config_var('SOABI')}",
+             "entry": "python" if inc else "ctypes", "python_include": inc}
+        r["identity"] = " | ".join(f"{k}={r[k]}" for k in sorted(r))
+    except NativeBuildError as e:
+        _recipes[key] = e
+        raise
+    _recipes[key] = r
+    return r
+
+
+def _safe_object(path):
+    """Is the existing file at path ours to load (regular, ours, writable by
+    nobody else)?  A shared object is code that will run."""
+    try:
+        st = _os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    if not _stat.S_ISREG(st.st_mode):
+        return False
+    if hasattr(_os, "geteuid") and (st.st_uid != _os.geteuid() or st.st_mode & 0o022):
+        return False
+    return True
+
+
+def build(source, out_path, rec, extra=()):
+    """Compile ``source`` to the shared object ``out_path``: the C file and
+    the object are written under temporary names in the same folder and the
+    object is renamed into place.  ``extra``: more compiler arguments."""
+    d = _os.path.dirname(out_path)
+    fd, src = _tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".c")
+    tmp_so = src[:-2] + ".so"
+    try:
+        with _os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(source)
+        _run_compiler(rec["cc"] + rec["flags"] + list(extra) + [src, "-o", tmp_so] + rec["libs"],
+                      f"on the generated C source ({len(source.splitlines())} lines)")
+        _os.chmod(tmp_so, 0o700)
+        _os.replace(tmp_so, out_path)
+    finally:
+        for p in (src, tmp_so):
+            try:
+                _os.unlink(p)
+            except FileNotFoundError:
+                pass
+
+
+_private_dir = []
+
+
+def load_library(source, module_file, rec):
+    """(library, entry) for ``source``: a CPython extension module whose
+    functions take the arrays (entry "python": METH_FASTCALL, the buffers
+    checked in C) where Python's headers are installed, else a ctypes
+    library taking pointers (entry "ctypes").  The object lies beside
+    ``module_file`` (a generated module on disk) when that folder is ours
+    and writable, else in a private temporary folder; built on first use."""
+    digest = _hashlib.sha256((source + "\0" + rec["identity"]).encode()).hexdigest()[:16]
+    folder = None
+    if module_file and module_file.endswith(".py") and _os.path.isfile(module_file):
+        folder = _os.path.dirname(_os.path.abspath(module_file))
+        base = _os.path.basename(module_file)[:-3]
+        st = _os.stat(folder)
+        if not _os.access(folder, _os.W_OK) or (hasattr(_os, "geteuid") and (
+                st.st_uid != _os.geteuid() or st.st_mode & 0o022)):
+            folder = None
+    if folder is None:
+        if not _private_dir:
+            _private_dir.append(_tempfile.mkdtemp(prefix="tracegrad-native-"))   # mode 0700
+        folder, base = _private_dir[0], "module"
+    path = _os.path.join(folder, f"{base}-{digest}.so")
+    if rec.get("entry") == "python":
+        name = f"tg_{digest}"
+        if not _safe_object(path):
+            build(source, path, rec, ["-DTG_PYTHON_ENTRY", f"-DTG_MODULE_NAME={name}",
+                                      "-I" + rec["python_include"]])
+        import importlib.machinery
+        import importlib.util
+        loader = importlib.machinery.ExtensionFileLoader(name, path)
+        spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+        mod = importlib.util.module_from_spec(spec)
+        loader.exec_module(mod)
+        return mod, "python"
+    if not _safe_object(path):
+        build(source, path, rec)
+    return _ctypes.CDLL(path), "ctypes"

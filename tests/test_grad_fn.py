@@ -1,0 +1,256 @@
+"""grad_fn internals as torch shows them: name(), next_functions,
+AccumulateGrad.variable, metadata, _saved_*, _raw_saved_* with
+register_hooks, node hooks, and torchviz.make_dot on our graphs."""
+import numpy as np
+import pytest
+
+import tracegrad as tg
+
+FREED = "Trying to backward through the graph a second time"
+
+
+def _x(*shape, seed=0):
+    return tg.tensor(np.random.default_rng(seed).standard_normal(shape), requires_grad=True)
+
+
+def test_names_of_common_nodes():
+    x, w, b = _x(3), _x(3, 3, seed=1), _x(2, 3, 3, seed=2)
+    cases = [(x * x, "MulBackward0"), (x + 1, "AddBackward0"), (x - x, "SubBackward0"),
+             (x / 2, "DivBackward0"), (-x, "NegBackward0"), (x ** 3, "PowBackward0"),
+             (x.abs() ** x, "PowBackward1"), (x.exp(), "ExpBackward0"), (x.sin(), "SinBackward0"),
+             (x.cos(), "CosBackward0"), (x.tanh(), "TanhBackward0"),
+             (x.sigmoid(), "SigmoidBackward0"), (x.abs().log(), "LogBackward0"),
+             (w @ w, "MmBackward0"), (w @ x, "MvBackward0"), (x @ x, "DotBackward0"),
+             (b @ b, "BmmBackward0"), (x.sum(), "SumBackward0"), (w.sum(0), "SumBackward1"),
+             (x.view(3), "ViewBackward0"), (x.reshape(3, 1), "ViewBackward0"),
+             (x.expand(2, 3), "ExpandBackward0"), (w.transpose(0, 1), "TransposeBackward0"),
+             (b.permute(2, 0, 1), "PermuteBackward0"), (x[0], "SelectBackward0"),
+             (x[0:2], "SliceBackward0"), (x[[0, 2]], "IndexBackward0"),
+             (x.float(), "ToCopyBackward0"), (x.clone(), "CloneBackward0"),
+             (x.relu(), "ReluBackward0")]
+    for y, name in cases:
+        assert y.grad_fn.name() == name
+        assert type(y.grad_fn).__name__ == name
+        assert repr(y.grad_fn).startswith(f"<{name} object at")
+    acc = (x * 2).grad_fn.next_functions[0][0]
+    assert acc.name() == "torch::autograd::AccumulateGrad"
+    assert type(acc).__name__ == "AccumulateGrad" and acc.variable is x
+    assert acc.next_functions == ()
+
+
+def test_identity_views_of_a_leaf_get_a_node():
+    """x.view(x.shape) of a leaf that requires grad is a non-leaf view, as in torch."""
+    x = _x(3)
+    for y in (x.view(3), x.reshape(3), x.expand(3), x.permute(0), x.transpose(0, 0)):
+        assert y is not x and not y.is_leaf and y.grad_fn is not None
+        assert y.grad_fn.next_functions[0][0].variable is x
+        y.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [5.0, 5.0, 5.0])
+    z = tg.zeros(3)
+    assert z.view(3) is z   # nothing recorded: the tensor itself
+
+
+def test_next_functions_walk_to_leaves():
+    x, w = _x(3), _x(3, 3, seed=1)
+    y = (w @ x).exp().sum()
+    s = y.grad_fn
+    assert len(s.next_functions) == 1
+    e = s.next_functions[0][0]
+    assert e.name() == "ExpBackward0"
+    mv = e.next_functions[0][0]
+    assert [nf[0].variable for nf in mv.next_functions] == [w, x]
+    m = (x * 2).grad_fn
+    assert m.next_functions[1] == (None, 0)
+    assert m.metadata == {} and isinstance(m.metadata, dict)
+    m.metadata["k"] = 1
+    assert m.metadata["k"] == 1
+
+
+def test_saved_values():
+    x = _x(3)
+    xv = x.detach().numpy()
+    m = (x * x).grad_fn
+    assert m._saved_self is x and m._saved_other is x
+    m2 = (x * 2).grad_fn
+    assert m2._saved_self is None
+    assert m2._saved_other.item() == 2 and m2._saved_other.shape == ()
+    p = (x ** 3).grad_fn
+    assert p._saved_self is x and p._saved_exponent == 3
+    y = x.exp()
+    r = y.grad_fn._saved_result
+    assert r is not y
+    np.testing.assert_allclose(r.numpy(), np.exp(xv))
+    np.testing.assert_allclose(x.tanh().grad_fn._saved_result.numpy(), np.tanh(xv))
+    np.testing.assert_allclose(x.sigmoid().grad_fn._saved_result.numpy(), 1 / (1 + np.exp(-xv)))
+    assert x.sin().grad_fn._saved_self is x and x.cos().grad_fn._saved_self is x
+    d = (x / x).grad_fn
+    assert d._saved_self is x and d._saved_other is x
+    w = _x(3, 4, seed=3)
+    v = _x(4, 2, seed=4)
+    mm = (w @ v).grad_fn
+    assert mm._saved_self is w and mm._saved_mat2 is v
+    assert mm._saved_self_sym_sizes == (3, 4) and mm._saved_mat2_sym_strides == (2, 1)
+    s1 = w.sum(1, keepdim=True).grad_fn
+    assert s1._saved_dim == (1,) and s1._saved_keepdim is True and s1._saved_self_sym_sizes == (3, 4)
+    assert (x + x).grad_fn._saved_alpha == 1
+    names = [n for n in dir(mm) if n.startswith("_saved_")]
+    assert names == ["_saved_mat2", "_saved_mat2_sym_sizes", "_saved_mat2_sym_strides",
+                     "_saved_self", "_saved_self_sym_sizes", "_saved_self_sym_strides"]
+    assert "_raw_saved_self" in dir(mm) and "_raw_saved_self_sym_sizes" not in dir(mm)
+    with pytest.raises(AttributeError, match="MmBackward0"):
+        mm._saved_nothing
+
+
+def test_saved_values_freed_after_backward():
+    x = _x(3)
+    y = x * x
+    z = y.sum()
+    z.backward()
+    with pytest.raises(RuntimeError, match=FREED):
+        y.grad_fn._saved_self
+    assert z.grad_fn._saved_self_sym_sizes == (3,)   # sizes are not freed
+    e = x.exp()
+    e.sum().backward(retain_graph=True)
+    np.testing.assert_allclose(e.grad_fn._saved_result.numpy(), np.exp(x.detach().numpy()))
+
+
+def test_names_survive_backward():
+    """Printing grad_fn after backward (a tutorial habit) shows torch's names."""
+    x, w = _x(3), _x(3, 3, seed=1)
+    ys = [w @ w, w @ x, x @ x, x ** 3, x.abs() ** _x(3, seed=2), x.exp()]
+    sum(y.sum() for y in ys).backward()
+    assert [y.grad_fn.name() for y in ys] == ["MmBackward0", "MvBackward0", "DotBackward0",
+                                              "PowBackward0", "PowBackward1", "ExpBackward0"]
+    assert type(ys[0].grad_fn).__name__ == "MmBackward0"
+
+
+def test_saved_value_modified_in_place():
+    a = _x(3)
+    x = a * 1.0
+    y = x * x
+    x.add_(1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.grad_fn._saved_self
+
+
+def test_raw_saved_register_hooks():
+    x = _x(3)
+    calls = []
+    y = x * x
+    raw = y.grad_fn._raw_saved_self
+
+    def pack(t):
+        calls.append("pack")
+        return t.detach().numpy().copy()
+
+    def unpack(a):
+        calls.append("unpack")
+        return tg.tensor(a)
+
+    raw.register_hooks(pack, unpack)
+    assert calls == ["pack"]
+    y.sum().backward()
+    assert calls == ["pack", "unpack"]
+    np.testing.assert_allclose(x.grad.numpy(), 2 * x.detach().numpy())
+    with pytest.raises(RuntimeError, match=FREED):
+        raw.register_hooks(pack, unpack)
+
+
+def test_raw_saved_result_hooks_change_what_backward_reads():
+    x = _x(3)
+    y = x.exp()
+    y.grad_fn._raw_saved_result.register_hooks(lambda t: t * 2, lambda t: t)
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2 * np.exp(x.detach().numpy()))
+
+
+def test_raw_saved_register_hooks_errors():
+    x = _x(3)
+    y = x * x
+    raw = y.grad_fn._raw_saved_self
+    with pytest.raises(TypeError, match="callable"):
+        raw.register_hooks(1, lambda t: t)
+    raw.register_hooks(lambda t: t, lambda t: t)
+    with pytest.raises(RuntimeError, match="hooks have already been set"):
+        raw.register_hooks(lambda t: t, lambda t: t)
+    with pytest.raises(RuntimeError, match="value None is forbidden"):
+        (x * 2).grad_fn._raw_saved_self.register_hooks(lambda t: t, lambda t: t)
+
+
+def test_node_hooks():
+    x = _x(3)
+    s = x.sin()
+    seen = []
+    s.grad_fn.register_prehook(lambda go: seen.append(("pre", go[0].numpy().tolist())))
+    h = s.grad_fn.register_hook(lambda gi, go: seen.append(("post", len(gi), len(go))))
+    s.sum().backward(retain_graph=True)
+    assert seen == [("pre", [1.0, 1.0, 1.0]), ("post", 1, 1)]
+    np.testing.assert_allclose(x.grad.numpy(), np.cos(x.detach().numpy()))
+    h.remove()
+    x.grad = None
+    s.grad_fn.register_prehook(lambda go: (go[0] * 3,))
+    s.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 3 * np.cos(x.detach().numpy()))
+
+
+def test_introspection_keeps_replay_and_backward_results():
+    x = _x(4)
+    for _ in range(3):
+        y = (x.tanh() * x).sum()
+        y.grad_fn.name(), y.grad_fn.next_functions[0][0]._saved_self
+        x.grad = None
+        y.backward()
+    t = np.tanh(x.detach().numpy())
+    np.testing.assert_allclose(x.grad.numpy(), t + x.detach().numpy() * (1 - t * t))
+
+
+# --- torchviz ------------------------------------------------------------------------
+
+def test_torchviz_make_dot():
+    torchviz = pytest.importorskip("torchviz")
+    w, b = _x(3, 2, seed=1), _x(2, seed=2)
+    x = tg.tensor(np.random.default_rng(3).standard_normal((4, 3)))
+    y = ((x @ w + b).tanh() ** 2).sum()
+    dot = torchviz.make_dot(y)
+    src = dot.source
+    for name in ("SumBackward0", "PowBackward0", "TanhBackward0", "AddBackward0", "MmBackward0",
+                 "AccumulateGrad"):
+        assert name in src, name
+    assert "(3, 2)" in src and "(2)" in src   # the leaves, with their sizes
+    src = torchviz.make_dot(y, show_attrs=True, show_saved=True).source
+    assert "exponent" in src and "mat2_sym_sizes" in src and "result" in src
+
+
+# --- parity with torch ---------------------------------------------------------------
+
+def test_torch_parity_structure_and_saved_values():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    xv, wv = rng.uniform(0.5, 1.5, 3), rng.standard_normal((3, 3))
+    x, w = tg.tensor(xv, requires_grad=True), tg.tensor(wv, requires_grad=True)
+    tx, tw = torch.tensor(xv, requires_grad=True), torch.tensor(wv, requires_grad=True)
+    fs = [lambda x, w: x * x, lambda x, w: x * 2, lambda x, w: x + x, lambda x, w: x / x,
+          lambda x, w: x ** 3, lambda x, w: x ** x, lambda x, w: x.exp(), lambda x, w: x.sin(),
+          lambda x, w: x.cos(), lambda x, w: x.tanh(), lambda x, w: x.sigmoid(),
+          lambda x, w: x.log(), lambda x, w: w @ w, lambda x, w: w @ x, lambda x, w: x @ x,
+          lambda x, w: x.sum(), lambda x, w: w.sum(0), lambda x, w: x.view(3),
+          lambda x, w: x[0], lambda x, w: w.transpose(0, 1), lambda x, w: -x]
+    for f in fs:
+        ours, theirs = f(x, w).grad_fn, f(tx, tw).grad_fn
+        assert ours.name() == theirs.name()
+        saved = sorted(n for n in dir(theirs) if n.startswith("_saved_"))
+        assert sorted(n for n in dir(ours) if n.startswith("_saved_")) == saved, ours.name()
+        for n in saved:
+            a, b = getattr(ours, n), getattr(theirs, n)
+            if isinstance(b, torch.Tensor):
+                np.testing.assert_allclose(np.asarray(a.detach().numpy()), b.detach().numpy())
+            elif b is None:
+                assert a is None
+            else:
+                assert tuple(np.atleast_1d(a)) == tuple(np.atleast_1d(b)), (ours.name(), n)
+        assert [nf[0] is None for nf in ours.next_functions][:len(theirs.next_functions)] == \
+               [nf[0] is None for nf in theirs.next_functions]
+        assert [type(nf[0]).__name__ for nf in ours.next_functions if nf[0] is not None] == \
+               [type(nf[0]).__name__ for nf in theirs.next_functions if nf[0] is not None]
+    acc, tacc = (x * 2).grad_fn.next_functions[0][0], (tx * 2).grad_fn.next_functions[0][0]
+    assert acc.name() == tacc.name()

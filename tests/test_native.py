@@ -1,0 +1,310 @@
+"""The native CPU target (backend="native", tracegrad/codegen_c.py): C
+kernels built by the C compiler, compared with the NumPy target over the
+CUDA tests' corpus; the fallback without a compiler; the cache; and the
+near-linear fusion grouping both targets share."""
+import logging
+import math
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+
+import networkx as nx
+import numpy as np
+import pytest
+
+import tracegrad as tg
+from tracegrad import codegen_c, graph_call, passes
+
+from test_cuda import CORPUS, FLOAT32, _args, _leaves, _run, _transforms, w2, rosenbrock
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HAVE_CC = codegen_c.recipe_or_none() is not None
+needs_cc = pytest.mark.skipif(not HAVE_CC, reason="the native target needs a C compiler")
+
+CASES = [(n, t, np.float64) for n in CORPUS for t in _transforms(n)] + \
+        [(n, t, np.float32) for n in FLOAT32 for t in _transforms(n)
+         if t in ("forward", "value_and_grad")]
+IDS = [f"{n}-{t}-{np.dtype(d).name}" for n, t, d in CASES]
+
+
+@pytest.fixture(autouse=True)
+def _memory_cache(monkeypatch):
+    monkeypatch.setenv("TRACEGRAD_CACHE", "0")
+
+
+def _assert_close(got, want, dtype):
+    g, w = _leaves(got), _leaves(want)
+    assert len(g) == len(w)
+    # values within a few ulp of NumPy's (vector math is within 3 ulp per
+    # element; sums are blocked and pairwise, so they round differently)
+    tol = dict(rtol=1e-12, atol=1e-13) if dtype == np.float64 else dict(rtol=2e-5, atol=2e-6)
+    for a, b in zip(g, w):
+        a, b = np.asarray(a), np.asarray(b)
+        assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, a.dtype, b.shape, b.dtype)
+        scale = max(1.0, float(np.max(np.abs(b)))) if b.size else 1.0
+        np.testing.assert_allclose(a, b, rtol=tol["rtol"], atol=tol["atol"] * scale)
+
+
+@needs_cc
+@pytest.mark.parametrize("name,transform,dtype", CASES, ids=IDS)
+def test_native_target_matches_numpy_target(name, transform, dtype):
+    with_numpy = _run(name, transform, dtype, "numpy")
+    # tg.vjp/tg.jvp keep one compiled graph per traced structure, whatever
+    # the backend (graph_call._VJP_CACHE): start afresh for the native run
+    graph_call._VJP_CACHE.clear()
+    native = _run(name, transform, dtype, "native")
+    assert tg.cache_info()["target"] == "native"
+    _assert_close(native, with_numpy, dtype)
+
+
+@needs_cc
+def test_w2_is_one_c_kernel_with_fused_pairwise_sum():
+    x = np.linspace(-1, 2, 10000)
+    low = tg.value_and_grad(w2, argnums=(0, 1), backend="native").lower(x, x)
+    src = low.source
+    assert 'TARGET = "native"' in src
+    assert src.count("void tg_k") == 1, src
+    assert "#pragma omp simd reduction(+:" in src and "tg_pw_push_f64" in src
+    assert "    _tg_k0(" in src
+    # the sum is accurate: blocked, then pairwise (a sequential sum is not)
+    x = np.full(1_000_003, 0.1)
+    f = tg.compile(lambda x: np.sum(x * 1.5), backend="native")
+    assert "sum, finished in tg_k0" in f.lower(x).source
+    exact = math.fsum(x * 1.5)
+    sequential = np.cumsum(x * 1.5)[-1]
+    assert abs(sequential - exact) > 1000 * np.spacing(exact)
+    assert abs(f(x) - exact) <= 16 * np.spacing(exact)
+
+
+@needs_cc
+def test_vector_math_and_isa_in_the_recipe():
+    rec = codegen_c.recipe()
+    assert "-O2" in rec["flags"] and "-fopenmp-simd" in rec["flags"]
+    assert "-fno-builtin-sin" in rec["flags"] and "-ffast-math" not in rec["flags"]
+    for part in ("compiler", "isa", "glibc", "python", "math"):
+        assert f"{part}=" in rec["identity"]
+
+
+@needs_cc
+def test_scalar_libm_option_matches_numpy_bit_for_bit(monkeypatch):
+    monkeypatch.setenv("TRACEGRAD_NATIVE_MATH", "scalar")
+    x = np.linspace(-3, 3, 1001)
+    f = tg.compile(lambda x: (np.exp(x), np.log1p(x + 3.5), np.sin(x), np.cos(x)),
+                   backend="native")
+    out = f(x)
+    assert tg.cache_info()["target"] == "native"
+    assert codegen_c.recipe()["vector_math"] == []
+    # Scalar libm, element by element, is what the option promises; Python's
+    # math module calls the same libm.  NumPy agrees to 1 ulp (bit for bit
+    # where it calls libm itself; with AVX-512 it has its own exp and log).
+    libm = [np.array([fn(v) for v in xs]) for fn, xs in
+            ((math.exp, x), (math.log1p, x + 3.5), (math.sin, x), (math.cos, x))]
+    for got, want in zip(out, libm):
+        np.testing.assert_array_equal(got, want)
+    for got, want in zip(out, (np.exp(x), np.log1p(x + 3.5), np.sin(x), np.cos(x))):
+        np.testing.assert_array_max_ulp(got, want, maxulp=1)
+
+
+def test_bad_math_option_is_a_clear_fallback(monkeypatch, caplog):
+    monkeypatch.setenv("TRACEGRAD_NATIVE_MATH", "fast")
+    with caplog.at_level(logging.WARNING, logger="tracegrad.native"):
+        out = tg.compile(lambda x: np.exp(x) * 2, backend="native")(np.ones(3))
+    np.testing.assert_allclose(out, 2 * np.e)
+    assert tg.cache_info()["target"] == "numpy"
+    assert any("TRACEGRAD_NATIVE_MATH" in r.getMessage() for r in caplog.records)
+
+
+def test_no_compiler_falls_back_to_numpy_with_one_log_line(tmp_path):
+    # a fresh process whose PATH has no C compiler and no CC
+    code = textwrap.dedent("""
+        import logging, numpy as np, tracegrad as tg
+        logging.basicConfig(level=logging.WARNING, format="%(name)s|%(message)s")
+        f = tg.grad(lambda x: np.sum(np.sin(x) ** 2), backend="native")
+        for n in (3, 4):
+            print(repr(f(np.ones(n)).tolist()))
+        print("TARGET", tg.cache_info()["target"])
+    """)
+    env = dict(os.environ, PATH=str(tmp_path), TRACEGRAD_CACHE="0")
+    env.pop("CC", None)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "TARGET numpy" in r.stdout
+    expect = float(2 * np.sin(1.0) * np.cos(1.0))
+    assert repr([expect] * 3) in r.stdout
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("tracegrad.native|")]
+    assert len(lines) == 1, r.stderr     # one line, however many functions compile
+    assert "backend 'native' is not available" in lines[0] and "no C compiler" in lines[0]
+    assert "NumPy target" in lines[0]
+
+
+def test_failing_compiler_falls_back(tmp_path, monkeypatch, caplog):
+    fake = tmp_path / "badcc"
+    fake.write_text("#!/bin/sh\necho 'fake cc 1.0'; exit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("CC", str(fake))
+    with caplog.at_level(logging.WARNING, logger="tracegrad.native"):
+        out = tg.compile(lambda x: np.exp(x) + 1, backend="native")(np.zeros(2))
+    np.testing.assert_allclose(out, 2.0)
+    assert tg.cache_info()["target"] == "numpy"
+    assert any("not available" in r.getMessage() for r in caplog.records)
+
+
+def test_unknown_backend_is_refused():
+    with pytest.raises(ValueError, match="'native'"):
+        tg.compile(w2, backend="clang")
+
+
+@needs_cc
+def test_shared_object_beside_the_entry_and_private(tmp_path):
+    d = tmp_path / "cache"
+    code = textwrap.dedent("""
+        import numpy as np, tracegrad as tg
+        from test_cuda import rosenbrock
+        g = tg.grad(rosenbrock, backend="native")(np.linspace(0.1, 1.0, 16))
+        info = tg.cache_info()
+        print(repr(g.tolist()), info["disk_hits"], info["compiles"], info["target"])
+    """)
+
+    def fresh_process():
+        # separate processes, started close together: the package's files
+        # (part of every key) are the same for both
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=120, cwd=os.path.dirname(__file__),
+                           env=dict(os.environ, TRACEGRAD_CACHE_DIR=str(d), TRACEGRAD_CACHE="1"))
+        assert r.returncode == 0, r.stderr
+        return r.stdout.split("] ")[1].strip(), r.stdout.split("] ")[0]
+
+    first, g1 = fresh_process()
+    assert first == "0 1 native"
+    sos = [p for p in os.listdir(d) if p.endswith(".so")]
+    entries = [p for p in os.listdir(d) if p.endswith(".py")]
+    assert len(sos) == 1 and len(entries) == 1
+    assert sos[0].startswith(entries[0][:-3] + "-")      # beside its entry
+    assert os.stat(d / sos[0]).st_mode & 0o077 == 0       # private
+    assert not [p for p in os.listdir(d) if p.startswith(".tmp-")]
+    # the next process loads the entry and its object: no compile
+    assert fresh_process() == ("1 0 native", g1)
+    # an object writable by others is never loaded: it is rebuilt in its place
+    os.chmod(d / sos[0], 0o766)
+    assert fresh_process() == ("1 0 native", g1)
+    assert os.stat(d / sos[0]).st_mode & 0o077 == 0
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRACEGRAD_CACHE", "1")
+        mp.setenv("TRACEGRAD_CACHE_DIR", str(d))
+        tg.clear_cache()
+    assert not [p for p in os.listdir(d) if p.endswith((".so", ".py"))]
+
+
+@needs_cc
+def test_concurrent_builds_see_a_complete_object(tmp_path):
+    d = tmp_path / "cache"
+    code = textwrap.dedent("""
+        import numpy as np, tracegrad as tg
+        from test_cuda import w2
+        x = np.linspace(-1, 1, 999)
+        gx, gy = tg.grad(w2, argnums=(0, 1), backend="native")(x, x)
+        print(tg.cache_info()["target"], float(gx.sum()), float(gy.sum()))
+    """)
+    env = dict(os.environ, TRACEGRAD_CACHE_DIR=str(d), TRACEGRAD_CACHE="1")
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env,
+                              cwd=os.path.dirname(__file__)) for _ in range(3)]
+    outs = [p.communicate(timeout=180) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    assert len({o for o, _ in outs}) == 1 and outs[0][0].startswith("native ")
+    assert len([p for p in os.listdir(d) if p.endswith(".so")]) == 1
+    assert not [p for p in os.listdir(d) if p.startswith(".tmp-")]
+
+
+# --- fusion grouping is near-linear and convex --------------------------------------------
+
+def _chain(n):
+    """A graph of n sin/scale/add links over float64[4], with a full sum
+    every 25 links broadcast back into the chain (a path out of a group and
+    back, which convexity must keep apart), built directly (tracing would
+    roll the Python loop into one loop node)."""
+    g = nx.MultiDiGraph()
+    f8 = np.dtype(np.float64)
+    g.add_node(0, op="input", attrs={}, shape=(4,), dtype=f8, name="x", loc=None)
+    g.graph["inputs"] = [0]
+    x = 0
+    for i in range(n):
+        s = passes.add_node(g, "sin", [x], {}, (4,), f8)
+        c = passes.add_node(g, "const", [], {}, (), f8, value=1.0001)
+        x = passes.add_node(g, "mul", [s, c], {}, (4,), f8)
+        if i % 25 == 0:
+            t = passes.add_node(g, "sum", [x], {"axis": (0,), "keepdims": False}, (), f8)
+            x = passes.add_node(g, "add", [x, t], {}, (4,), f8)
+    g.graph["outputs"] = [passes.add_node(g, "sum", [x], {"axis": (0,), "keepdims": False},
+                                          (), f8)]
+    return g
+
+
+def _check_groups(g, groups):
+    seen = set()
+    for grp in groups:
+        assert not seen & set(grp.nodes)
+        seen |= set(grp.nodes)
+        assert all(g.nodes[v]["shape"] == grp.shape for v in grp.nodes)
+    assert seen == {v for v in g.nodes if passes.fusible(g, v)}
+    c = nx.DiGraph()
+    unit = {v: i for i, grp in enumerate(groups) for v in list(grp.nodes) + list(grp.reductions)}
+    for a, b in g.edges():
+        ua, ub = unit.get(a, ("n", a)), unit.get(b, ("n", b))
+        if ua != ub:
+            c.add_edge(ua, ub)
+    assert nx.is_directed_acyclic_graph(c)   # convex: a launch order exists
+
+
+def test_fusion_groups_scale_near_linearly():
+    small, large = _chain(200), _chain(2000)
+    assert len(large) > 8 * len(small)
+
+    def best(g):
+        ts = []
+        for _ in range(3):
+            t = time.perf_counter()
+            groups = passes.fusion_groups(g)
+            ts.append(time.perf_counter() - t)
+        return min(ts), groups
+
+    t_small, gs = best(small)
+    t_large, gl = best(large)
+    _check_groups(small, gs)
+    _check_groups(large, gl)
+    # 10x the nodes: a quadratic grouping took ~100x; allow generous noise
+    assert t_large < 40 * t_small + 0.05, (t_small, t_large)
+
+
+@needs_cc
+def test_extension_entry_checks_its_arguments():
+    if codegen_c.recipe()["entry"] != "python":
+        pytest.skip("Python's headers are not installed: the kernels are called through ctypes")
+    x = np.linspace(-1, 1, 50)
+    src = tg.grad(w2, argnums=(0, 1), backend="native").lower(x, x).source
+    ns = {"__name__": "native_test"}
+    exec(compile(src, "<native>", "exec"), ns)
+    assert ns["_ENTRY"] == "python"
+    k = ns["_tg_k0"]
+    # x, y in; the two gradients and the sum out
+    with pytest.raises(TypeError, match="tg_k0 takes 5 arrays, got 1"):
+        k(x)
+    with pytest.raises(ValueError, match="argument 0 holds 392 bytes, the kernel needs 400"):
+        k(x[1:].copy(), x, np.empty(50), np.empty(50), np.empty(1))
+    ro = np.empty(50)
+    ro.flags.writeable = False
+    with pytest.raises((ValueError, BufferError)):   # a store into a read-only array
+        k(x, x, ro, np.empty(50), np.empty(1))
+    with pytest.raises((ValueError, BufferError)):   # a strided view is not C-contiguous
+        k(np.linspace(0, 1, 100)[::2], x, np.empty(50), np.empty(50), np.empty(1))
+    g1, g2, s = np.empty(50), np.empty(50), np.empty(1)
+    k(x, x, g1, g2, s)
+    vg = tg.value_and_grad(w2, argnums=(0, 1))(x, x)
+    np.testing.assert_allclose(s[0], vg[0], atol=1e-13)
+    np.testing.assert_allclose(sorted([g1.sum(), g2.sum()]), sorted([vg[1][0].sum(), vg[1][1].sum()]),
+                               rtol=1e-12)

@@ -1,0 +1,5 @@
+"""``autograd.scipy.stats.dirichlet``: ``tracegrad.scipy.stats.dirichlet``'s functions."""
+from tracegrad.scipy.stats import dirichlet as _dist
+
+globals().update({k: v for k, v in vars(_dist).items() if not k.startswith('_')})
+__all__ = sorted(k for k in vars(_dist) if not k.startswith('_'))

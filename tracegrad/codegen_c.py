@@ -1,0 +1,153 @@
+"""The native CPU target: IR graphs to C kernels plus a NumPy driver module.
+
+It shares the CUDA target's C-style renderer (``codegen_cuda.Kernel``:
+parameters, loads, index arithmetic, one line per node, stores,
+accumulators) and its driver structure; this module is the CPU's row of the
+per-target table (STYLE.md, 5): the loop header and the blocked pairwise
+epilogue of a fused sum (``native_kernels.c.j2``), the math prelude (C's
+``f``-suffixed float functions, ``_Generic`` helpers, glibc's vector math
+declarations), and the entry: a ctypes call from a NumPy driver
+(``native_driver.py.j2``).  Matrix products, reductions over some axes,
+indexing and shape ops stay NumPy calls between the kernels, so BLAS does
+the matrix products.
+
+The build recipe (compiler, flags, ISA level, vector math) and the builder
+live in ``codegen_templates/native_loader.py``, pasted into every generated
+module: a module written by ``tracegrad compile --backend native`` builds
+itself with NumPy and a C compiler alone, and tracegrad probes the compiler
+through the same text.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from tracegrad import codegen_cuda
+from tracegrad._version import __version__
+from tracegrad.codegen_c_build import (_loader, _loader_text, available, build_error,  # noqa: F401
+                                       fallback_notice, mark_broken, recipe, recipe_or_none)
+
+# C's float functions carry an f; the registry's expressions use the
+# (CUDA-overloaded) double names.
+_MATH = ("exp", "log", "sin", "cos", "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh",
+         "tanh", "asinh", "acosh", "atanh", "exp2", "expm1", "log1p", "log2", "log10", "sqrt",
+         "pow", "fabs", "floor", "ceil", "rint", "trunc", "lgamma", "erf", "fmod", "fmin",
+         "fmax", "hypot", "copysign", "rsqrt", "sinpi")
+_MATH_RE = re.compile(r"\b(" + "|".join(_MATH) + r")\(")
+_CLASSIFY_RE = re.compile(r"\b(isnan|isinf|isfinite)\(")
+
+
+def _c_math(expr, dtype):
+    """A registry expression in C for compute dtype ``dtype``."""
+    dt = np.dtype(dtype)
+    if dt == np.float32:
+        return _MATH_RE.sub(lambda m: m.group(1) + "f(", expr)
+    if dt.kind in "iub":
+        # C's classification macros take floating operands only: an integer
+        # is never NaN or infinite
+        return _CLASSIFY_RE.sub(lambda m: {"isnan": "0 * (", "isinf": "0 * (",
+                                           "isfinite": "1 + 0 * ("}[m.group(1)], expr)
+    return expr
+
+
+_C_SIZES = {"float": 4, "double": 8, "bool": 1, "signed char": 1, "unsigned char": 1,
+           "short": 2, "unsigned short": 2, "int": 4, "unsigned int": 4, "long long": 8,
+           "unsigned long long": 8}
+
+C = codegen_cuda.Target(
+    "native C",
+    acc_store="{param}[0] = {acc};",   # replaced by the pairwise epilogue (_launch)
+    pass_array="np.ascontiguousarray({arg}, dtype={dtype!r})",
+    math=_c_math)
+
+
+class Function(codegen_cuda.Function):
+    """One graph lowered to a NumPy driver function calling C kernels."""
+
+    target = C
+    _library_name = "NumPy"
+
+    @staticmethod
+    def _library_emitter(prim):
+        return prim.numpy
+
+    def _launch(self, g, kern, kname, module, names, fresh):
+        handle = f"_{kname}"
+        module.kernel(kname, kern.n)
+        module.kernel_handles[-1]["nargs"] = len(kern.params)
+        self.body.append({"code": None, "comment": None,
+                          "source": f"kernel {kname}: {kern.describe(g)}"})
+        for v, var in kern.outputs:
+            d = g.nodes[v]
+            self.body.append({"code": f"{var} = np.empty({tuple(d['shape'])!r}, "
+                                      f"dtype={d['dtype'].name!r})",
+                              "comment": f"%{v} {d['op']}", "source": None})
+            fresh.add(var)
+        for (r, var, dt), acc in zip(kern.partials, kern.accs):
+            d = g.nodes[r]
+            suffix = "f32" if dt == np.float32 else "f64"
+            acc.update(r=r, suffix=suffix, acc=f"acc{r}",
+                       store=f"part_t{r}[0] = tg_pw_done_{suffix}(&pw{r});")
+            self.body.append({"code": f"{var} = np.empty({tuple(d['shape'])!r}, "
+                                      f"dtype={dt.name!r})",
+                              "comment": f"%{r} sum, finished in {kname}", "source": None})
+            names[r] = var
+        args = []
+        for a in kern.args:
+            m = re.fullmatch(r"np\.ascontiguousarray\((\w+), dtype='(\w+)'\)", a)
+            args.append(m.group(1) if m and m.group(1) in fresh else a)
+        self.body.append({"code": f"{handle}({', '.join(args)})",
+                          "comment": f"call {kname}", "source": None})
+        for r, var, dt in kern.partials:
+            if g.nodes[r]["shape"] == ():
+                # a NumPy scalar, as np.sum returns, not a 0-d array
+                names[r] = f"t{r}"
+                self.body.append({"code": f"t{r} = {var}[()]", "comment": f"%{r} sum",
+                                  "source": None})
+
+
+def c_source(functions, lowered, g_of, rec, header=()):
+    kernels = []
+    for f in lowered:
+        for kern in f.kernels:
+            k = kern.render_dict(g_of[id(f)])
+            k["args"] = [{"ctype": ct, "bytes": n * _C_SIZES[ct], "writable": int(w),
+                          "cast": p.rsplit(" ", 1)[0].replace(" __restrict__", "")}
+                         for (ct, n, w), p in zip(kern.param_info, kern.params)]
+            kernels.append(k)
+    loader = _loader()
+    funcs = rec["vector_math"] if rec else []
+    return codegen_cuda._jinja().get_template("native_kernels.c.j2").render(
+        version=__version__, header=list(header), kernels=kernels, vector_math=funcs,
+        vector_decls=loader["vector_math_decls"](funcs))
+
+
+def _lower(functions):
+    return codegen_cuda._lower_all(functions, Function)
+
+
+def translation_unit(graph, header=(), rec=None) -> str:
+    """All kernels of one graph as one C file (``tracegrad show --format c``)."""
+    names = [graph.nodes[v].get("name", f"a{i}") for i, v in enumerate(graph.graph["inputs"])]
+    _, lowered, g_of = _lower([(graph, "run", names, "")])
+    return c_source(None, lowered, g_of, rec if rec is not None else recipe_or_none(), header)
+
+
+def generate_driver(functions, source="", transform="", key="", rec=None, standalone=False):
+    """Source of one Python module holding a function per (graph, name, arg
+    names, docstring) in ``functions``, with the kernels of all of them in
+    one C file.  ``standalone``: the module finds the compiler itself when
+    imported (CC or cc) instead of using the recipe tracegrad chose."""
+    if rec is None and not standalone:
+        rec = recipe()
+    module, lowered, g_of = _lower(functions)
+    csrc = c_source(functions, lowered, g_of, rec if not standalone else None)
+    return codegen_cuda._jinja().get_template("native_driver.py.j2").render(
+        version=__version__, source=source, transform=transform, key=key,
+        c_source=codegen_cuda._py_string(csrc), recipe=repr(None if standalone else rec),
+        loader=_loader_text(), needs_math=module.needs_math,
+        needs_base64=module.needs_base64, helpers=module.helpers,
+        constants=module.constants, kernels=module.kernel_handles,
+        functions=[{"name": f.name, "args": f.args, "doc": f.doc, "body": f.body,
+                    "returns": f.returns} for f in lowered])

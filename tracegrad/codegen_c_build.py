@@ -1,0 +1,139 @@
+"""The native target's compiler: which one, with which flags, and whether it
+works (the build recipe), without the generator.
+
+A cache hit of a native function needs the recipe (its identity is part of
+the key) but neither the graph modules (networkx) nor the generator
+(Jinja2), so this module imports only the cache.  The recipe itself is
+found by ``codegen_templates/native_loader.py`` (the builder pasted into
+every generated module, run here once per process), which probes the
+compiler with a few small builds; the result is remembered in the cache
+folder (``native-recipe-<hash>.json``, keyed by the compiler's path, size
+and modification time, ``CC``, the math choice, the CPU, glibc and Python),
+so a warm process starts without running the compiler.  The file is read
+under the cache's privacy rules: it names a program to run.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import platform
+import shlex
+import shutil
+import sys
+
+from tracegrad import cache
+
+log = logging.getLogger("tracegrad.native")
+
+_loader_ns = {}
+_broken = {}
+_said = set()
+_memo = {}
+
+
+def _loader_text():
+    with open(os.path.join(cache.template_dir(), "native_loader.py"), encoding="utf-8") as f:
+        return f.read()
+
+
+def _loader():
+    """The builder's functions (native_loader.py, run once per process)."""
+    if not _loader_ns:
+        ns = {"__name__": "tracegrad_native_loader"}
+        exec(compile(_loader_text(), "native_loader.py", "exec"), ns)
+        _loader_ns.update(ns)
+    return _loader_ns
+
+
+def build_error():
+    """The class of the builder's errors."""
+    return _loader()["NativeBuildError"]
+
+
+def _memo_key():
+    """What the recipe depends on, or None when the compiler is not found
+    (then the loader's probe gives the message)."""
+    cc = os.environ.get("CC") or "cc"
+    try:
+        cmd = shlex.split(cc)
+    except ValueError:
+        return None
+    exe = shutil.which(cmd[0]) if cmd else None
+    if exe is None:
+        return None
+    try:
+        st = os.stat(os.path.realpath(exe))
+    except OSError:
+        return None
+    parts = [cc, os.path.realpath(exe), st.st_size, st.st_mtime_ns,
+             (os.environ.get("TRACEGRAD_NATIVE_MATH") or "vector").strip().lower(),
+             platform.machine(), platform.libc_ver(), sys.implementation.cache_tag,
+             sys.version, hashlib.sha256(_loader_text().encode()).hexdigest()]
+    try:
+        with open("/proc/cpuinfo") as f:
+            parts.append(next((ln for ln in f if ln.startswith("flags")), ""))
+    except OSError:
+        pass
+    return hashlib.sha256(repr(parts).encode()).hexdigest()[:24]
+
+
+def _probe():
+    key = _memo_key()
+    if key is not None and key in _memo:
+        return _memo[key]
+    if key is not None:
+        text = cache.read_private(f"native-recipe-{key}.json")
+        if text is not None:
+            try:
+                rec = json.loads(text)
+                if isinstance(rec, dict) and "identity" in rec:
+                    _memo[key] = rec
+                    return rec
+            except ValueError:
+                pass
+    rec = _loader()["recipe"]()     # raises NativeBuildError
+    if key is not None:
+        _memo[key] = rec
+        cache.write_private(f"native-recipe-{key}.json", json.dumps(rec, sort_keys=True))
+    return rec
+
+
+def recipe():
+    """The build recipe (compiler, flags, ISA, vector math, identity);
+    raises NativeBuildError when no working C compiler is found."""
+    rec = _probe()
+    why = _broken.get(rec["identity"])
+    if why is not None:
+        raise build_error()(why)
+    return rec
+
+
+def recipe_or_none():
+    rec, _ = available()
+    return rec
+
+
+def available():
+    """(recipe, None) when the native target can build, else (None, why)."""
+    try:
+        return recipe(), None
+    except Exception as e:  # noqa: BLE001 -- the loader's NativeBuildError, exec'd above
+        if not isinstance(e, build_error()):
+            raise
+        return None, str(e)
+
+
+def mark_broken(rec, why):
+    """A build with this recipe failed: later builds in this process use
+    the NumPy target instead of failing again."""
+    _broken[rec["identity"]] = why
+
+
+def fallback_notice(why):
+    """One log line per reason: the native target is not used, and why."""
+    if why not in _said:
+        _said.add(why)
+        log.warning("tracegrad: backend 'native' is not available (%s); using the NumPy "
+                    "target instead", why)
