@@ -365,14 +365,57 @@ def test_fori_loop_with_a_traced_trip_count_becomes_a_while_loop():
                                    rtol=RTOL)
 
 
-def test_the_cuda_target_says_loops_are_not_supported_yet(monkeypatch):
-    import sys
-    monkeypatch.setitem(sys.modules, "cupy", None)   # lowering needs no CuPy
-    with pytest.raises(NotImplementedError, match="not yet supported on the CUDA target"):
-        tg.grad(miss_loop, static_argnums=(1,), backend="cupy").lower(V0, 10).source
-    with pytest.raises(NotImplementedError, match="tg.cond"):
-        tg.grad(lambda x, w: np.sum(_branchy(x, w)), backend="cupy").lower(
-            np.ones(2), np.ones(2)).source
+def _kernel_target(kind, monkeypatch):
+    """(backend, array maker) for the native target (the C compiler) or the
+    CUDA target through the emulator (a host C++ compiler), or a skip."""
+    import shutil
+    from tracegrad import codegen_c_build, testing
+    monkeypatch.setenv("TRACEGRAD_CACHE", "0")
+    if kind == "native":
+        if codegen_c_build.available()[0] is None:
+            pytest.skip("no working C compiler")
+        return "native", np.asarray, None
+    if shutil.which(testing.CXX) is None:
+        pytest.skip(f"the CUDA emulator needs a host C++ compiler ({testing.CXX})")
+    ctx = testing.emulated_cupy()
+    fake = ctx.__enter__()
+    return "cupy", fake.asarray, ctx
+
+
+@pytest.mark.parametrize("kind", ["native", "cuda"])
+def test_loops_and_branches_run_on_the_kernel_targets(kind, monkeypatch):
+    # The loop stays on the host: a Python loop calling the body's own
+    # function, whose elementwise work is fused into the target's kernels.
+    backend, to_device, ctx = _kernel_target(kind, monkeypatch)
+    try:
+        host = lambda a: np.asarray(a.get() if hasattr(a, "get") else a)  # noqa: E731
+        v0 = to_device(V0)
+        for f, args in [(miss_loop, (V0, 40)), (miss_unrolled, (V0, 60))]:
+            ref = tg.value_and_grad(f, static_argnums=(1,))(*args)
+            fk = tg.value_and_grad(f, static_argnums=(1,), backend=backend)
+            got = fk(v0, args[1])
+            src = fk.lower(v0, args[1]).source
+            assert "for _" in src and "def _scan_body" in src, src[:2000]
+            np.testing.assert_allclose(float(host(got[0])), ref[0], rtol=RTOL)
+            np.testing.assert_allclose(host(got[1]), ref[1], rtol=RTOL)
+        x, w = np.array([0.5, 1.5]), np.array([0.3, -0.8])
+        for sign in (1.0, -1.0):
+            g = tg.grad(lambda x, w: np.sum(_branchy(x, w) ** 2), argnums=(0, 1),
+                        backend=backend)(to_device(sign * x), to_device(w))
+            ref = tg.grad(lambda x, w: np.sum(_branchy(x, w) ** 2), argnums=(0, 1))(sign * x, w)
+            for a, b in zip(g, ref):
+                np.testing.assert_allclose(host(a), b, rtol=RTOL)
+        def f(a, w):
+            x, k = _newton_sqrt(a * w)
+            return x * w
+        a, w2 = np.array(3.0), np.array(2.0)
+        got = tg.value_and_grad(f, argnums=(0, 1), backend=backend)(to_device(a), to_device(w2))
+        ref = tg.value_and_grad(f, argnums=(0, 1))(a, w2)
+        np.testing.assert_allclose(float(host(got[0])), ref[0], rtol=RTOL)
+        np.testing.assert_allclose([float(host(t)) for t in got[1]], ref[1], rtol=RTOL)
+    finally:
+        if ctx is not None:
+            ctx.__exit__(None, None, None)
 
 
 # --- Python loops rolled automatically -------------------------------------------------------

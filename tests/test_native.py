@@ -308,3 +308,34 @@ def test_extension_entry_checks_its_arguments():
     np.testing.assert_allclose(s[0], vg[0], atol=1e-13)
     np.testing.assert_allclose(sorted([g1.sum(), g2.sum()]), sorted([vg[1][0].sum(), vg[1][1].sum()]),
                                rtol=1e-12)
+
+
+@needs_cc
+def test_a_sum_read_by_its_own_kernel_is_not_fused_into_it(monkeypatch):
+    # x / sqrt(sum(x * x)) and the projectile's step: grouping the sum with
+    # the kernel that reads it, or a kernel entered and left through a third
+    # one, would leave no launch order (the contracted graph must be acyclic).
+    monkeypatch.setenv("TRACEGRAD_CACHE", "0")
+
+    def normalise(x, w):
+        return np.sum(w * x / np.sqrt(np.sum(x * x)))
+
+    def step(v):
+        a = -0.1 * v * np.sqrt(np.sum(v * v)) + np.array([0., 0., -9.8])
+        v2 = v + 0.01 * a
+        return np.sum(v2 * v2)
+    x, w = np.linspace(0.5, 2.0, 7), np.linspace(-1.0, 1.0, 7)
+    for f, args in [(normalise, (x, w)), (step, (np.array([5., 0., 5.]),))]:
+        argnums = tuple(range(len(args)))
+        ref = tg.value_and_grad(f, argnums=argnums)(*args)
+        got = tg.value_and_grad(f, argnums=argnums, backend="native")(*args)
+        np.testing.assert_allclose(got[0], ref[0], rtol=1e-12)
+        for a, b in zip(got[1], ref[1]):
+            np.testing.assert_allclose(a, b, rtol=1e-12)
+        g = tg.value_and_grad(f, argnums=argnums).lower(*args).graph
+        groups = passes.fusion_groups(g)
+        unit = {v: ("g", i) for i, grp in enumerate(groups)
+                for v in list(grp.nodes) + list(grp.reductions)}
+        c = nx.DiGraph((unit.get(a, a), unit.get(b, b)) for a, b in g.edges()
+                       if unit.get(a, a) != unit.get(b, b))
+        assert nx.is_directed_acyclic_graph(c)

@@ -355,8 +355,7 @@ def _body_function(module, body, kind):
         name = f"_{kind}{len(module.bodies)}"
         module.bodies[body.key] = name
         args = [f"x{i}" for i in range(len(body.inputs))]
-        module.extra.append(Lowered(g, name, args, f"{kind} body ({body.key[:12]})", module,
-                                    internal=True))
+        module.lower_body(g, name, args, f"{kind} body ({body.key[:12]})")
     return name
 
 
@@ -451,6 +450,10 @@ class Module:
         self._const_names = {}
         self.needs_base64 = False
         self.needs_math = False
+
+    def lower_body(self, g, name, args, doc):
+        """A loop or branch body's graph as one more function of the module."""
+        self.extra.append(Lowered(g, name, args, doc, self, internal=True))
 
     def helper(self, name):
         if name in self._helper_names:

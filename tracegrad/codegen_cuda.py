@@ -353,10 +353,12 @@ class Function:
 
     target = CUDA
 
-    def __init__(self, g, name, arg_names, doc, module, prefix):
+    def __init__(self, g, name, arg_names, doc, module, prefix, internal=False):
         from tracegrad import passes
-        from tracegrad.codegen import function_name, identifiers
-        self.name = function_name(name)
+        from tracegrad.codegen import CONTROL_FLOW, function_name, identifiers
+        # internal: a loop or branch body's function, named by the generator
+        self.name = name if internal else function_name(name)
+        self.graph = g
         # possibly raw user text (translation_unit passes the graph's input
         # names): made identifiers where they enter source
         self.args = identifiers(arg_names, reserved={self.name})
@@ -394,8 +396,20 @@ class Function:
             ops = ir.operands(g, v)
             args = [expr(u) for u in ops]
             var = f"t{v}"
+            comment = f"%{v} {op} ({self._library_name})"
             if op == "proj":
                 code = f"{var} = {args[0]}[{d['attrs']['index']}]"
+            elif op in CONTROL_FLOW:
+                # The loop stays on the host: a Python loop calling the body's
+                # own function of this target (its kernels fused as here).
+                lines = CONTROL_FLOW[op](var, args, d, module)
+                src = _source_comment(d.get("loc"))
+                for k, line in enumerate(lines[:-1]):
+                    self.body.append({"code": line, "comment": f"%{v} {op}" if k == 0 else None,
+                                      "source": src if (k == 0 and src != prev_src) else None})
+                    if k == 0:
+                        prev_src = src
+                code, comment = lines[-1], None
             else:
                 prim = primitives.get(op)
                 emit = self._library_emitter(prim)
@@ -414,7 +428,7 @@ class Function:
                 code = f"{var} = {e}"
             names[v] = var
             src = _source_comment(d.get("loc"))
-            self.body.append({"code": code, "comment": f"%{v} {op} ({self._library_name})",
+            self.body.append({"code": code, "comment": comment,
                               "source": src if src != prev_src else None})
             prev_src = src
         rets = [expr(v) if g.nodes[v]["op"] in ("const", "input") else names[v]
@@ -467,6 +481,15 @@ class DriverModule:
         self._const_names = {}
         self.kernel_handles = []
         self.needs_base64 = False
+        self.bodies = {}      # body key -> function name (loops and branches)
+        self.extra = []       # the bodies' functions
+        self.function_cls = Function
+
+    def lower_body(self, g, name, args, doc):
+        """A loop or branch body's graph as one more function of the driver,
+        lowered by the same target (its kernels join the translation unit)."""
+        self.extra.append(self.function_cls(g, name, args, doc, self, f"{name.lstrip('_')}_",
+                                            internal=True))
 
     @property
     def helpers(self):
@@ -526,6 +549,7 @@ def _lower_all(functions, function_cls=None):
     doc) tuples; ``function_cls``: the target's Function (CUDA's by default)."""
     function_cls = function_cls or Function
     module = DriverModule()
+    module.function_cls = function_cls
     prefix_each = len(functions) > 1
     lowered, g_of = [], {}
     for g, name, args, doc in functions:
@@ -533,7 +557,9 @@ def _lower_all(functions, function_cls=None):
                          f"{c_identifier(name)}_" if prefix_each else "")
         g_of[id(f)] = g
         lowered.append(f)
-    return module, lowered, g_of
+    for f in module.extra:
+        g_of[id(f)] = f.graph
+    return module, module.extra + lowered, g_of
 
 
 def translation_unit(graph, header=()) -> str:

@@ -729,14 +729,66 @@ def fusion_groups(g):
                 del ids[h], sources[h], srcmask[h]
         ids[gid], sources[gid], srcmask[gid] = merged_ids, src, smask
 
-    reductions = {gid: [] for gid in groups}
+    # A sum joins the kernel of its operand only when no node of that kernel
+    # reads it (x / sum(x * x) in one group would be a cycle): one forward
+    # pass carries, per node, the bit set of candidate sums it depends on.
+    candidates = [v for v in order if g.nodes[v]["op"] == "sum"
+                  and _fused_reduction(g, v, member_of)]
+    bit = {r: 1 << k for k, r in enumerate(candidates)}
+    after = {}       # node -> bit set of the candidate sums it depends on
     for v in order:
-        d = g.nodes[v]
-        if d["op"] == "sum" and _fused_reduction(g, v, member_of):
-            reductions[member_of[ir.operands(g, v)[0]]].append(v)
+        m = 0
+        for u in g.predecessors(v):
+            m |= after.get(u, 0) | bit.get(u, 0)
+        if m:
+            after[v] = m
+    read_in_group = {gid: 0 for gid in groups}
+    for v, m in after.items():
+        if v in member_of:
+            read_in_group[member_of[v]] |= m
+    reductions = {gid: [] for gid in groups}
+    for r in candidates:
+        gid = member_of[ir.operands(g, r)[0]]
+        if not read_in_group[gid] & bit[r]:
+            reductions[gid].append(r)
     out = []
     for gid, nodes in groups.items():
         ordered = sorted(nodes, key=index.__getitem__)
         out.append(FusionGroup(ordered, tuple(g.nodes[ordered[0]]["shape"]), reductions[gid]))
     out.sort(key=lambda grp: index[grp.nodes[0]])
-    return out
+    return _without_cycles(g, out, index)
+
+
+def _without_cycles(g, groups, index):
+    """``groups`` with no cycle left in the contracted graph.
+
+    The merge checks above follow paths between nodes; a path through a
+    third group's kernel (in through one of its nodes, out through another
+    or through its fused sum) can still close a cycle once groups are
+    contracted.  One linear check of the contracted graph finds it; while
+    there is one, the groups on it first give up their fused sums, then
+    their fusion (their nodes become kernels of one node each)."""
+    import networkx as nx
+    while True:
+        unit_of = {}
+        for gi, grp in enumerate(groups):
+            for v in list(grp.nodes) + list(grp.reductions):
+                unit_of[v] = ("g", gi)
+        c = nx.DiGraph()
+        for a, b in g.edges():
+            ua, ub = unit_of.get(a, ("n", a)), unit_of.get(b, ("n", b))
+            if ua != ub:
+                c.add_edge(ua, ub)
+        try:
+            cycle = nx.find_cycle(c)
+        except nx.NetworkXNoCycle:
+            return groups
+        on_cycle = sorted({u[1] for edge in cycle for u in edge[:2] if u[0] == "g"})
+        if any(groups[gi].reductions for gi in on_cycle):
+            for gi in on_cycle:
+                groups[gi] = FusionGroup(groups[gi].nodes, groups[gi].shape, [])
+            continue
+        keep = [grp for gi, grp in enumerate(groups) if gi not in on_cycle]
+        for gi in on_cycle:
+            keep.extend(FusionGroup([v], groups[gi].shape, []) for v in groups[gi].nodes)
+        groups = sorted(keep, key=lambda grp: index[grp.nodes[0]])

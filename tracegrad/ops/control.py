@@ -492,15 +492,15 @@ _USER_NAMES = {"scan": "tg.fori_loop / tg.scan", "while": "tg.while_loop",
 
 
 def _no_emitter(what):
-    """The emitter a one-expression target meets: loops and branches are
-    printed by the NumPy generator itself (tracegrad/codegen.py), as Python
-    loops over a function per body; the CUDA target has no loops yet."""
+    """The emitter a one-expression generator meets: loops and branches are
+    printed by the generators themselves (``codegen.CONTROL_FLOW``: a Python
+    loop over a function per body, on the host for every target), so
+    reaching this is a generator that does not know them."""
     def emit(names, **attrs):
         raise NotImplementedError(
-            f"codegen: the graph holds a '{what}' node ({_USER_NAMES[what]}): loops and "
-            f"branches are not yet supported on the CUDA target. Compile this function with "
-            f"backend='numpy' (the NumPy target runs the loop as a Python loop), or write the "
-            f"loop as a plain Python loop, which is unrolled while tracing")
+            f"codegen: the graph holds a '{what}' node ({_USER_NAMES[what]}) and this code "
+            f"generator has no loop or branch statements; compile with backend='numpy', "
+            f"'native' or 'cupy', which run the loop on the host")
     return emit
 
 
