@@ -27,7 +27,8 @@ from tracegrad.autograd_compat import (grad, value_and_grad, elementwise_grad, j
 from tracegrad.autograd_compat.extend import primitive, defvjp, defjvp, defvjp_argnum
 from tracegrad.autograd_compat.misc import flatten, flatten_func, fixed_point
 from tracegrad.autograd_compat.misc.optimizers import adam, sgd, rmsprop
-from tracegrad.autograd_compat.test_util import check_grads
+from tracegrad.autograd_compat.test_util import (check_grads, check_vjp, check_jvp,
+                                                 check_equivalent, combo_check)
 
 MODES = ["compiled", "eager"]
 X = onp.array([0.3, -0.7, 1.1])
@@ -75,6 +76,9 @@ def test_grad_refuses_what_autograd_refuses(mode):
         grad(lambda x: x * 2.0, mode=mode)(3)            # an integer input
     with pytest.raises(TypeError, match="complex"):
         holomorphic_grad(lambda z: z ** 2)(1.0 + 1.0j)
+    for op in (grad, jacobian, make_vjp, make_jvp):           # refused, not misread
+        with pytest.raises(TypeError, match="complex"):
+            op(lambda z: np.sum(np.abs(z) ** 2), mode=mode)(onp.array([1.0 + 1.0j]))
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -96,6 +100,19 @@ def test_elementwise_grad_and_jacobian(mode):
     assert J.shape == (2, 3)
     close(jacobian(lambda x: x ** 2, mode=mode)(0.5), 1.0)
     close(deriv(np.sin, mode=mode)(0.4), onp.cos(0.4))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_tuple_argnum_of_value_and_grad_and_jacobian(mode):
+    v, (ga, gb) = value_and_grad(lambda a, b: np.sum(a * b ** 2), argnum=(0, 1),
+                                 mode=mode)(X, 2 * X)
+    close(v, onp.sum(4 * X ** 3))
+    close(ga, 4 * X ** 2)
+    close(gb, 4 * X * X)
+    # d(a * b^2)/da = diag(b^2), d/db = diag(2ab): one block per argument
+    Ja, Jb = jacobian(lambda a, b: a * b ** 2, argnum=(0, 1), mode=mode)(X, 2 * X)
+    close(Ja, onp.diag(4 * X ** 2))
+    close(Jb, onp.diag(4 * X * X))
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -213,6 +230,33 @@ def test_static_arguments_of_any_type():
     assert g.went_eager is None
 
 
+def test_number_arguments_are_traced():
+    """An iteration counter does not retrace; range() over a number goes
+    eager, and fixing the number with functools.partial compiles."""
+    import functools
+
+    def objective(p, t):
+        return np.sum(p ** 2) * (1.0 + 0.5 * t)
+    g = grad(objective)
+    g(X, 0)
+    before = tg.cache_info()["traces"]
+    for t in range(1, 4):
+        close(g(X, t), 2 * X * (1.0 + 0.5 * t))
+    assert tg.cache_info()["traces"] == before and g.went_eager is None
+
+    def loop(x, n):
+        s = 0.0
+        for i in range(n):
+            s = s + np.sum(x) * i
+        return s
+    g = grad(loop)
+    close(g(X, 3), onp.full(3, 3.0))                 # 0 + 1 + 2
+    assert isinstance(g.went_eager, tg.TraceError)
+    g = grad(functools.partial(loop, n=3))
+    close(g(X), onp.full(3, 3.0))
+    assert g.went_eager is None
+
+
 # --- primitive / defvjp / defjvp -------------------------------------------------------------
 
 @primitive
@@ -291,6 +335,72 @@ def test_primitive_rules_missing_or_derived():
         defvjp(onp.sin, None)
 
 
+@primitive
+def round_ste(x):
+    """A straight-through round: the body's derivative is 0, the rule's 1."""
+    return np.round(x)
+
+
+defvjp(round_ste, lambda ans, x: lambda g: g)
+
+
+@primitive
+def mul_jvp_only(a, b):
+    return a * b
+
+
+defjvp(mul_jvp_only, lambda g, ans, a, b: g * b, "same")
+
+
+@pytest.mark.parametrize("mode", ["compiled", "eager", "auto"])
+def test_forward_mode_uses_the_rules_not_the_body(mode):
+    """autograd differentiates a primitive by its rules in both directions;
+    the body's own derivative (here 0) must never leak into forward mode."""
+    x = onp.array([0.3, -0.7, 1.6])
+    want = onp.round(x) + x                    # d/dx (round_ste(x) * x), straight through
+    close(grad(lambda v: np.sum(round_ste(v) * v), mode=mode)(x), want)
+    ans, t = make_jvp(lambda v: round_ste(v) * v, mode=mode)(x)(onp.ones(3))
+    close(ans, onp.round(x) * x)
+    close(t, want)
+    # a tuple output, and deriv (forward mode along ones)
+    (a1, a2), (t1, t2) = make_jvp(lambda v: (round_ste(v), v * 2.0), mode=mode)(x)(
+        onp.array([1.0, 2.0, 3.0]))
+    close(a1, onp.round(x))
+    close(t1, [1.0, 2.0, 3.0])
+    close(t2, [2.0, 4.0, 6.0])
+    close(deriv(lambda v: round_ste(v) * v, mode=mode)(1.6), 2.0 + 1.6)
+    # forward over reverse through a rule written with np: H v of logsumexp
+    p = onp.exp(X) / onp.exp(X).sum()
+    u = onp.array([1.0, 2.0, 3.0])
+    close(make_jvp(grad(logsumexp, mode=mode), mode=mode)(X)(u)[1],
+          (onp.diag(p) - onp.outer(p, p)) @ u)
+    close(make_ggnvp(lambda v: round_ste(v) * 2.0, mode=mode)(x)(u), 4 * u)
+
+
+@pytest.mark.parametrize("mode", ["compiled", "eager"])
+def test_jvp_only_primitive_in_compiled_and_eager_code(mode):
+    """defjvp alone: the vjp is the rule transposed, in compiled code too."""
+    g = grad(lambda a, b: np.sum(mul_jvp_only(a, b) ** 2), (0, 1), mode=mode)
+    ga, gb = g(X, 2 * X)
+    close(ga, 2 * (2 * X ** 2) * 2 * X)        # d/da (ab)^2 = 2ab * b
+    close(gb, 2 * (2 * X ** 2) * X)
+    if mode == "compiled":
+        assert g.went_eager is None
+    _, t = make_jvp(lambda b: mul_jvp_only(X, b), mode=mode)(2 * X)(onp.ones(3))
+    close(t, X)
+
+
+def test_primitive_inside_tracegrads_own_transforms():
+    """A primitive is a tracegrad custom Function: tg.grad, tg.compile and
+    tg.hessian (compiled) use its rule."""
+    x = onp.array([0.3, -0.7, 1.6])
+    close(tg.grad(lambda v: np.sum(round_ste(v) * v))(x), onp.round(x) + x)
+    close(tg.compile(lambda v: np.sum(round_ste(v)))(x), onp.sum(onp.round(x)))
+    # d2/dv2 of logsumexp through its rule written with np: diag(p) - p p^T
+    p = onp.exp(X) / onp.exp(X).sum()
+    close(tg.hessian(logsumexp)(X), onp.diag(p) - onp.outer(p, p))
+
+
 # --- misc ------------------------------------------------------------------------------------
 
 def test_flatten_and_flatten_func():
@@ -328,6 +438,35 @@ def test_optimizers(opt, kw):
     assert seen[0] == (0, ["a", "b"], ["a", "b"]) and len(seen) == kw["num_iters"]
 
 
+def test_optimizer_callback_sees_the_gradient_at_x():
+    for opt in (adam, sgd, rmsprop):
+        seen = []
+
+        def callback(x, i, g):
+            close(g["a"], 2 * (x["a"] - 3.0))
+            close(g["b"], 2 * (x["b"] + 1.0))
+            seen.append(i)
+        opt(grad(_quadratic), {"a": onp.zeros(2), "b": onp.ones(3)}, callback=callback,
+            num_iters=3)
+        assert seen == [0, 1, 2]
+
+
+def test_sgd_and_rmsprop_steps_match_the_formulas():
+    g = onp.array([2.0, -4.0])
+
+    def const(x, i):
+        return g
+    # sgd: v1 = -(1 - mass) g, x1 = x0 + step v1; v2 = mass v1 - (1 - mass) g
+    v1 = -(1 - 0.9) * g
+    v2 = 0.9 * v1 - (1 - 0.9) * g
+    close(sgd(const, onp.zeros(2), num_iters=2, step_size=0.5), 0.5 * v1 + 0.5 * v2,
+          tol=1e-14)
+    # rmsprop: avg = gamma * 1 + (1 - gamma) g^2, x1 = -step g / (sqrt(avg) + eps)
+    avg = 0.9 + 0.1 * g ** 2
+    close(rmsprop(const, onp.zeros(2), num_iters=1, step_size=0.5),
+          -0.5 * g / (onp.sqrt(avg) + 1e-8), tol=1e-14)
+
+
 def test_adam_first_steps_match_the_formula():
     # one step of adam from x0 moves by step_size * sign(g) (bias-corrected)
     out = adam(lambda x, i: onp.array([2.0, -4.0]), onp.array([0.0, 0.0]), num_iters=1,
@@ -363,7 +502,8 @@ def test_fixed_point(mode):
 def test_check_grads():
     check_grads(np.sin, modes=["fwd", "rev"], order=2)(X)
     check_grads(lambda a, b: np.sum(np.tanh(a) * b), modes=["rev"], order=2)(X, 2 * X)
-    check_grads(logsumexp, modes=["rev"], order=1)(X)
+    check_grads(logsumexp)(X)                             # fwd and rev, order 2
+    check_grads(mul_jvp_only, argnum=(0, 1))(X, 2 * X)
 
     @primitive
     def wrong(x):
@@ -371,8 +511,28 @@ def test_check_grads():
     defvjp(wrong, lambda ans, x: lambda g: g * 3 * x)     # should be 2x
     with pytest.raises(AssertionError, match="VJP"):
         check_grads(wrong, modes=["rev"], order=1)(X)
+    with pytest.raises(AssertionError, match="JVP"):         # forward mode uses the rule too
+        check_grads(wrong, modes=["fwd"], order=1)(X)
     with pytest.raises(ValueError):
         check_grads(np.sin, modes=["backwards"])(X)
+    # autograd's one-argument helpers
+    check_vjp(np.tanh, X)
+    check_jvp(np.tanh, X)
+    with pytest.raises(AssertionError, match="VJP"):
+        check_vjp(wrong, X)
+    with pytest.raises(AssertionError):
+        check_jvp(wrong, X)
+    check_equivalent((X, {"a": 2.0}), (X.copy(), {"a": 2.0}))
+    with pytest.raises(AssertionError, match="Value mismatch"):
+        check_equivalent(X, X + 1e-3)
+
+    def power(x, k=2.0):
+        return x ** k
+    combo_check(power, 0, modes=["rev"], order=1)([X, 2 * X], k=[2.0, 3.0])
+    # every combination is checked: the wrong rule is caught at the second x
+    with pytest.raises(AssertionError, match="VJP"):
+        combo_check(lambda x, s: wrong(x) * s, 0, modes=["rev"], order=1)(
+            [onp.zeros(3), X], [1.0])
     with pytest.raises(TypeError, match="check_grads\\(f\\)\\(x\\)"):
         check_grads(np.sin, X)
 
@@ -395,6 +555,66 @@ def test_numpy_and_scipy_namespaces():
     close(grad(lambda x: np.sum(gammaln(x)))(onp.array([1.0, 2.0])),
           [-0.5772156649015329, 1 - 0.5772156649015329])
     assert lse is lse2
+    # one import line: `import tracegrad.autograd_compat as autograd` reaches every name
+    assert autograd.misc.optimizers.adam is adam and autograd.misc.fixed_point is fixed_point
+    assert autograd.extend.defvjp is defvjp and autograd.test_util.check_grads is check_grads
+    assert autograd.scipy.stats.norm.logpdf is norm.logpdf and autograd.numpy.sin is onp.sin
+    assert autograd.primitive is primitive and autograd.make_jvp is make_jvp
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_numpy_namespace_builds_arrays_of_differentiated_values(mode):
+    """What plain NumPy cannot dispatch (it converts first) stays
+    differentiable through the compat namespace, compiled and eager."""
+    cases = [  # (function, its gradient at X from the calculus)
+        (lambda x: np.sum(np.asarray(x) ** 2), 2 * X),
+        (lambda x: np.sum(np.array([x[0], 2.0, x[1] * x[2]]) ** 2),
+         [2 * X[0], 2 * X[1] * X[2] ** 2, 2 * X[1] ** 2 * X[2]]),
+        (lambda x: np.sum(np.r_[x, x[0] * 3.0, 5.0]), [4.0, 1.0, 1.0]),
+        (lambda x: np.sum(np.c_[x, 2.0 * x] ** 2), 10 * X),
+        (lambda x: np.sum(np.concatenate([x, x ** 2])), 1 + 2 * X),
+        (lambda x: np.sum(np.stack([x[0], x[2]]) * 2.0), [2.0, 0.0, 2.0]),
+        (lambda x: np.sum(np.full((2, 2), x[1]) * x[0]), [4 * X[1], 4 * X[0], 0.0]),
+    ]
+    for f, want in cases:
+        close(grad(f, mode=mode)(X), want)
+
+
+def test_python_numbers_from_values_go_the_eager_way():
+    """float(x) and x.item() need a value: auto runs them eagerly (a
+    constant for the gradient, as in autograd), compiled refuses clearly."""
+    def f(x):
+        return x[0] * float(x[1]) + x[2] * x[1].item()
+    g = grad(f)
+    close(g(X), [X[1], 0.0, X[1]])
+    assert isinstance(g.went_eager, tg.TraceError)
+    with pytest.raises(tg.TraceError, match="float"):
+        grad(f, mode="compiled")(X)
+
+
+def test_item_assignment_runs_eagerly_and_setitem_compiles():
+    """autograd refuses y[i] = v; tracegrad gives it NumPy's meaning eagerly
+    (auto falls back to that), and tg.setitem is the compiled spelling."""
+    def assign(x):
+        y = x * 1.0
+        y[0] = 2 * y[0]
+        v = y[1:]                              # a write through a view
+        v[0] = 3.0 * x[2]
+        return np.sum(y ** 2)
+    # y = (2 x0, 3 x2, x2): d/dx = (8 x0, 0, 18 x2 + 2 x2)
+    want = [8 * X[0], 0.0, 20 * X[2]]
+    g = grad(assign)
+    close(g(X), want)
+    assert isinstance(g.went_eager, tg.TraceError)
+    with pytest.raises(tg.TraceError, match="item assignment"):
+        grad(assign, mode="compiled")(X)
+
+    def with_setitem(x):
+        y = tg.setitem(x * 1.0, 0, 2 * x[0])
+        y = tg.setitem(y, 1, 3.0 * x[2])
+        return np.sum(y ** 2)
+    g = grad(with_setitem, mode="compiled")
+    close(g(X), want)
 
 
 # --- autograd-style programs ----------------------------------------------------------------
@@ -464,6 +684,33 @@ def test_gaussian_process_example_runs(tmp_path):
     ls = [float(v) for v in re.findall(r"loss\s+(-?[0-9.]+)", r.stdout)]
     assert len(ls) >= 3 and ls[-1] < ls[0] - 20
     assert "(compiled: True)" in r.stdout
+
+
+def test_gaussian_process_example_objective_against_scipy():
+    """The example's log marginal likelihood is SciPy's multivariate normal
+    log density of the data, and its compiled gradient matches central
+    differences of that SciPy value."""
+    import importlib.util
+    ss = pytest.importorskip("scipy.stats")
+    path = Path(__file__).resolve().parent.parent / "examples" / "gaussian_process_autograd.py"
+    spec = importlib.util.spec_from_file_location("gp_example", path)
+    gp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gp)
+    _, _, lml = gp.make_gp_funs(gp.rbf_covariance, num_cov_params=2)
+    x, y = gp.build_toy_dataset(D=1, n_data=20)
+
+    def scipy_lml(p):
+        d = (x[:, None, :] - x[None, :, :]) / onp.exp(p[3])
+        K = onp.exp(p[2]) * onp.exp(-0.5 * onp.sum(d ** 2, axis=2))
+        K = K + (onp.exp(p[1]) + 0.0001) * onp.eye(len(y))
+        return ss.multivariate_normal.logpdf(y, p[0] * onp.ones(len(y)), K)
+    params = onp.array([0.1, -1.0, 0.2, -0.3])
+    v, g = value_and_grad(lambda p: lml(p, x, y), mode="compiled")(params)
+    close(v, scipy_lml(params), tol=1e-9)
+    eps = 1e-6
+    fd = [(scipy_lml(params + eps * e) - scipy_lml(params - eps * e)) / (2 * eps)
+          for e in onp.eye(4)]
+    close(g, fd, tol=1e-5)
 
 
 def test_editing_a_primitive_rule_changes_the_compiled_key():

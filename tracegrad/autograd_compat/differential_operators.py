@@ -47,6 +47,8 @@ from tracegrad import ops as _o
 from tracegrad.autograd import grad as _tape_grad, enable_grad as _enable_grad
 from tracegrad.tensor import NumpyTensor as _NumpyTensor, Tensor as _Tensor
 from tracegrad.trace import TraceError, Tracer as _Tracer, tree_flatten, tree_unflatten
+from tracegrad.autograd_compat.extend import (RulesNeeded as _RulesNeeded,
+                                              forward_mode_trace as _forward_mode_trace)
 
 __all__ = ["grad", "value_and_grad", "elementwise_grad", "jacobian", "hessian",
            "hessian_tensor_product", "hessian_vector_product", "tensor_jacobian_product",
@@ -129,6 +131,19 @@ def _start(x, what):
         raise TypeError(f"{what} has dtype {a.dtype}; gradients are defined for floating-point "
                         f"inputs. Pass a float (3.0, not 3) or x.astype(float).")
     return _NumpyTensor(onp.array(a), requires_grad=True)
+
+
+def _refuse_complex(args, argnums):
+    """The eager path refuses complex inputs in _start; the compiled path
+    would take them, so both paths refuse them here alike."""
+    for a in argnums:
+        if -len(args) <= a < len(args):
+            for x in tree_flatten(args[a])[0]:
+                if not _is_traced(x) and onp.asarray(
+                        x.detach().numpy() if isinstance(x, _Tensor) else x).dtype.kind == "c":
+                    raise TypeError(f"argument {a} is complex; tracegrad differentiates real "
+                                    f"floating-point arrays only (complex numbers are not "
+                                    f"supported yet)")
 
 
 def _plain(v):
@@ -266,6 +281,7 @@ class _Operator:
         return f(*args, **kwargs)
 
     def __call__(self, *args, **kwargs):
+        _refuse_complex(args, self.argnums)
         leaves = _leaves(args, kwargs)
         traced = any(_is_traced(x) for x in leaves)
         nested = self.plain_only and (traced or any(_on_tape(x) for x in leaves))
@@ -492,6 +508,8 @@ def make_jvp(fun, argnum=0, *, mode=None):
     op = _jvp_op(fun, argnums, mode)
 
     def at(*args, **kwargs):
+        _refuse_complex(args, argnums)
+
         def jvp(v):
             vs = (v,) if single else tuple(v)
             if len(vs) != len(argnums):
@@ -505,14 +523,28 @@ def _jvp_op(fun, argnums, mode):
     """An operator of (*args, tangents): (ans, J tangents)."""
     fun = _named(fun)
     def build(pos, names):
-        def run(*args_vs, **kwargs):
-            args, vs = args_vs[:-1], args_vs[-1]
+        transposed = _transposed_jvp(fun, argnums, pos, names)
+        state = {"primitives": False}
+
+        def native(args, vs, kwargs):
             f = fun if not kwargs else functools.partial(fun, **kwargs)
             tangent = dict(zip([a % len(args) for a in argnums], vs))
             dyn = [i for i in range(len(args)) if i not in pos]
             primals = [args[i] for i in dyn]
             tans = [tangent[i] if i in tangent else _zeros_tree(args[i]) for i in dyn]
-            return _api.jvp(_Partial(f, args, dyn), primals, tans)
+            with _forward_mode_trace():
+                return _api.jvp(_Partial(f, args, dyn), primals, tans)
+
+        def run(*args_vs, **kwargs):
+            args, vs = args_vs[:-1], args_vs[-1]
+            if not state["primitives"]:
+                try:
+                    return native(args, vs, kwargs)
+                except _RulesNeeded:
+                    # a primitive inside: tracegrad's forward mode would
+                    # differentiate its body, so transpose its vjp rules
+                    state["primitives"] = True
+            return transposed(args, vs, kwargs)
         return run
 
     def eager(args_vs, kwargs):
@@ -542,6 +574,43 @@ def _jvp_op(fun, argnums, mode):
     op = _op("make_jvp", fun, (), mode, build, eager)
     op.plain_only = True
     return op
+
+
+def _transposed_jvp(fun, argnums, pos, names):
+    """(ans, J v) compiled from reverse mode only: J v is the gradient over
+    u of <J^T u, v>, and J^T u is linear in u, so any u will do (zeros).
+    The rules of primitives inside fun are then what differentiates them."""
+    fwd = _api.compile(fun, static_argnums=pos, static_argnames=names)
+
+    def dot_out(*args_u, **kwargs):
+        args, u = args_u[:-1], args_u[-1]
+        total = 0.0
+        for o, c in zip(tree_flatten(fun(*args, **kwargs))[0], tree_flatten(u)[0]):
+            total = total + _o.sum(o * c)
+        return total
+    dot_out.__qualname__ = getattr(fun, "__qualname__", "f") + ".<vjp>"
+    vjp = _api.grad(dot_out, argnums=tuple(argnums), static_argnums=pos,
+                    static_argnames=names)
+
+    def vjp_dot_v(*args_u_v, **kwargs):
+        args, u, vs = args_u_v[:-2], args_u_v[-2], args_u_v[-1]
+        total = 0.0
+        for g, t in zip(tree_flatten(vjp(*args, u, **kwargs))[0], tree_flatten(tuple(vs))[0]):
+            total = total + _o.sum(g * t)
+        return total
+    vjp_dot_v.__qualname__ = getattr(fun, "__qualname__", "f") + ".<jvp>"
+    by_arity = {}
+
+    def run(args, vs, kwargs):
+        ans = fwd(*args, **kwargs)
+        leaves, tree = tree_flatten(ans)
+        u = tree_unflatten(tree, [onp.zeros(onp.shape(o), _dtype(o)) for o in leaves])
+        n = len(args)
+        if n not in by_arity:
+            by_arity[n] = _api.grad(vjp_dot_v, argnums=n, static_argnums=pos,
+                                    static_argnames=names)
+        return ans, by_arity[n](*args, u, tuple(vs), **kwargs)
+    return run
 
 
 class _Partial:

@@ -16,19 +16,22 @@ becomes one ``Function.apply``:
   raises TraceError there, and the operators of
   ``tracegrad.autograd_compat`` then run the call eagerly.
 
-``defjvp`` rules give forward-mode derivatives.  tracegrad's forward mode
-differentiates the traced body (compiled) or transposes the vjp (eager),
-so a primitive needs a vjp: given only jvps, and the jvp being linear in
-its tangent as autograd requires, the vjp is derived from it by
-transposition on the tape (eagerly; compiled code then runs eagerly).
+Forward mode (``make_jvp``, ``deriv``, ``check_grads``' "fwd") transposes
+the vjp rules, compiled or eager, so the rules, never the body's own
+derivative, give every derivative of a primitive.  Given only jvps (linear
+in the tangent, as autograd requires), the vjp is derived from them by
+transposition: the gradient over the tangent of <jvp(t), g>, on the tape
+eagerly and as a nested gradient in compiled code.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 
 import numpy as onp
 
-from tracegrad import ops as _o
+from tracegrad import api as _api, ops as _o
 from tracegrad.cache import clear_cache as _clear_cache
 from tracegrad.autograd import Function, grad as _tape_grad, enable_grad as _enable_grad
 from tracegrad.autograd import is_grad_enabled as _grad_on
@@ -41,6 +44,28 @@ __all__ = ["primitive", "defvjp", "defjvp", "defvjp_argnum", "defjvp_argnum", "P
 
 def _traced(x):
     return hasattr(x, "_trace")
+
+
+class RulesNeeded(TraceError):
+    """A primitive was traced for compiled forward mode, which would
+    differentiate its body instead of its rules: the forward-mode operators
+    catch this and build J v from the vjp rules instead."""
+
+
+_forward_trace = contextvars.ContextVar("autograd_compat_forward_trace", default=False)
+
+
+@contextlib.contextmanager
+def forward_mode_trace():
+    """While a compiled jvp is traced, a primitive raises RulesNeeded: the
+    generated forward-mode code would otherwise use the derivative of the
+    body, which a primitive's rules exist to replace (a straight-through
+    round, a clipped gradient, a solver's implicit derivative)."""
+    token = _forward_trace.set(True)
+    try:
+        yield
+    finally:
+        _forward_trace.reset(token)
 
 
 def _raw(x):
@@ -116,14 +141,13 @@ class Primitive:
 
     def _vjp_from_jvp(self, argnum, ans, args, kwargs, g):
         """J^T g from a jvp linear in its tangent t: the gradient over t of
-        <jvp(t), g>, on the tape (so eagerly only)."""
-        if any(_traced(a) for a in (g, ans, *args)):
-            raise TraceError(f"{self.__name__} has a jvp but no vjp for argnum {argnum}: "
-                             f"compiled code needs the vjp (defvjp), so this runs eagerly")
+        <jvp(t), g> (on the tape, or as a gradient traced into compiled code)."""
         jvp = self.jvps.get(argnum)
         if argnum not in self.jvps:
             def jvp(t, ans_, *a, **k):
                 return self.jvp_argnum(argnum, t, ans_, a, k)
+        if any(_traced(a) for a in (g, ans, *args)):
+            return self._traced_vjp_from_jvp(jvp, argnum, ans, args, kwargs, g)
         x = args[argnum]
         t = _NumpyTensor(onp.zeros(onp.shape(_raw(x)), onp.result_type(_raw(x), float)),
                          requires_grad=True)
@@ -138,6 +162,26 @@ class Primitive:
             return onp.zeros(onp.shape(_raw(x)))
         return got if create else got.detach().numpy()
 
+    def _traced_vjp_from_jvp(self, jvp, argnum, ans, args, kwargs, g):
+        x = args[argnum]
+        if jvp is None:
+            return _zeros_like(x)
+        vals = [i for i, a in enumerate(args) if _is_arg_value(a)]
+
+        # a nested gradient takes the traced values as its arguments (a
+        # closure over another trace's values is refused)
+        def inner(t, ans_, g_, *vs):
+            a = list(args)
+            for i, v in zip(vals, vs):
+                a[i] = v
+            out = jvp(t, ans_, *a, **kwargs)
+            if isinstance(out, tuple):
+                return sum(_o.sum(o * c) for o, c in zip(out, g_))
+            return _o.sum(out * g_)
+        inner.__qualname__ = f"{getattr(self.fun, '__qualname__', 'f')}.<jvp-transposed-{argnum}>"
+        t0 = _o.zeros_like_value(x) if _is_arg_value(x) else onp.zeros(onp.shape(x))
+        return _api.grad(inner)(t0, ans, g, *[args[i] for i in vals])
+
     def _make_function(self):
         prim = self
 
@@ -145,6 +189,9 @@ class Primitive:
             kwargs = dict(kw)
             pos = [i for i, a in enumerate(args) if _is_arg_value(a)]
             if any(_traced(a) for a in args):
+                if _forward_trace.get():
+                    raise RulesNeeded(f"primitive {prim.__name__} in compiled forward mode: "
+                                      f"its derivative must come from its rules, not its body")
                 prim._traced = True
                 try:                                 # traced: its ops join the graph
                     out = prim.fun(*args, **kwargs)

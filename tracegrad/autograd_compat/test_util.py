@@ -1,14 +1,18 @@
-"""``autograd.test_util``: ``check_grads``, ``check_vjp``, ``check_jvp``:
-derivatives against central finite differences along random directions,
-with autograd's tolerances (absolute or relative 1e-6, step 1e-6)."""
+"""``autograd.test_util``: ``check_grads``, ``check_vjp(f, x)``,
+``check_jvp(f, x)``, ``check_equivalent``, ``combo_check``: derivatives
+against central finite differences along random directions, with
+autograd's tolerances (absolute or relative 1e-6, step 1e-6)."""
 from __future__ import annotations
+
+from itertools import product
 
 import numpy as onp
 
 from tracegrad.autograd_compat.differential_operators import make_vjp, make_jvp, _plain_tree
 from tracegrad.autograd_compat.misc.flatten import flatten
 
-__all__ = ["check_grads", "check_vjp", "check_jvp", "scalar_close"]
+__all__ = ["check_grads", "check_vjp", "check_jvp", "check_equivalent", "combo_check",
+           "scalar_close"]
 
 TOL = 1e-6
 RTOL = 1e-6
@@ -55,7 +59,7 @@ def _randn_like(x):
     return unflatten(_rng.standard_normal(onp.shape(fx)))
 
 
-def check_vjp(f, args, kwargs, argnum):
+def _check_vjp(f, args, kwargs, argnum):
     vjp, y = make_vjp(f, argnum)(*args, **kwargs)
     x = _select(args, argnum)
     x_v, y_v = _randn_like(x), _randn_like(y)
@@ -67,7 +71,7 @@ def check_vjp(f, args, kwargs, argnum):
          f"analytic: {exact}\nnumeric:  {numeric}")
 
 
-def check_jvp(f, args, kwargs, argnum):
+def _check_jvp(f, args, kwargs, argnum):
     x = _select(args, argnum)
     x_v = _randn_like(x)
     got = _flat(make_jvp(f, argnum)(*args, **kwargs)(x_v)[1])
@@ -75,6 +79,38 @@ def check_jvp(f, args, kwargs, argnum):
     ok = onp.allclose(got, want, rtol=RTOL * 10, atol=TOL * 10)
     assert ok, (f"derivative (JVP) check of {getattr(f, '__name__', 'f')} failed with arg "
                 f"{x}:\nanalytic: {got}\nnumeric:  {want}")
+
+
+def check_vjp(f, x):
+    """autograd's ``check_vjp(f, x)``: the reverse derivative of f at x
+    against finite differences along a random direction."""
+    _check_vjp(f, (x,), {}, 0)
+
+
+def check_jvp(f, x):
+    """autograd's ``check_jvp(f, x)``: the forward derivative of f at x
+    against finite differences along a random direction."""
+    _check_jvp(f, (x,), {}, 0)
+
+
+def check_equivalent(x, y):
+    """Same structure and shapes, and the same values along a random
+    direction (autograd's tolerances)."""
+    fx, fy = _flat(x), _flat(y)
+    assert fx.shape == fy.shape, f"shape mismatch:\nx: {fx.shape}\ny: {fy.shape}"
+    v = _rng.standard_normal(fx.shape)
+    assert scalar_close(float(fx @ v), float(fy @ v)), f"Value mismatch:\nx: {x}\ny: {y}"
+
+
+def combo_check(fun, *args, **kwargs):
+    """``combo_check(fun, argnum, modes=..., order=...)(arg_choices..., kw=choices)``:
+    check_grads over every combination of the listed argument values."""
+    def _combo_check(*arg_lists, **kwarg_lists):
+        kv = [[(k, x) for x in xs] for k, xs in kwarg_lists.items()]
+        for _args in product(*arg_lists):
+            for _kwargs in product(*kv):
+                check_grads(fun, *args, **kwargs)(*_args, **dict(_kwargs))
+    return _combo_check
 
 
 def check_grads(f, argnum=0, modes=("fwd", "rev"), order=2):
@@ -94,14 +130,14 @@ def check_grads(f, argnum=0, modes=("fwd", "rev"), order=2):
     def check(*args, **kwargs):
         x = _select(args, argnum)
         if "fwd" in modes:
-            check_jvp(f, args, kwargs, argnum)
+            _check_jvp(f, args, kwargs, argnum)
             if order > 1:
                 def jvp_f(x_, v):
                     return make_jvp(f, argnum)(*_with(args, argnum, x_), **kwargs)(v)[1]
                 jvp_f.__name__ = f"jvp_{getattr(f, '__name__', 'f')}"
                 check_grads(jvp_f, (0, 1), modes, order - 1)(x, _randn_like(x))
         if "rev" in modes:
-            check_vjp(f, args, kwargs, argnum)
+            _check_vjp(f, args, kwargs, argnum)
             if order > 1:
                 def vjp_f(x_, v):
                     return make_vjp(f, argnum)(*_with(args, argnum, x_), **kwargs)[0](v)
