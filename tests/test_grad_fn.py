@@ -204,6 +204,52 @@ def test_introspection_keeps_replay_and_backward_results():
     np.testing.assert_allclose(x.grad.numpy(), t + x.detach().numpy() * (1 - t * t))
 
 
+def test_a_graph_keeps_its_leaves_alive():
+    """As in torch, AccumulateGrad holds its leaf: a leaf only the graph
+    reaches is still there to show (and to receive its gradient)."""
+    import gc
+    import weakref
+    y = tg.tensor(1.5, requires_grad=True).clone() * 2
+    gc.collect()
+    acc = y.grad_fn.next_functions[0][0].next_functions[0][0]
+    assert acc.name() == "torch::autograd::AccumulateGrad"
+    assert acc.variable is not None and acc.variable.shape == () and acc.variable.item() == 1.5
+    y.backward()
+    assert acc.variable.grad.item() == 2.0
+    # and nothing else keeps it: no reference cycle between a leaf and its node
+    gc.disable()
+    try:
+        x = tg.tensor([1.0], requires_grad=True)
+        z = x * 2
+        ref = weakref.ref(x)
+        del x
+        assert ref() is z.grad_fn.next_functions[0][0].variable
+        del z
+        assert ref() is None
+    finally:
+        gc.enable()
+
+
+def test_leaf_hooks_outlive_each_graph():
+    x = _x(2)
+    seen = []
+    x.register_hook(lambda g: seen.append(g.numpy().tolist()))
+    x.register_post_accumulate_grad_hook(lambda t: seen.append("acc"))
+    for _ in range(2):
+        (x * 3).sum().backward()   # each graph gets the leaf's node, with its hooks
+    assert seen == [[3.0, 3.0], "acc", [3.0, 3.0], "acc"]
+    np.testing.assert_array_equal(x.grad.numpy(), [6.0, 6.0])
+
+
+def test_built_in_nodes_have_no_saved_tensors():
+    """Only a custom Function's node has saved_tensors (torchviz draws those)."""
+    x = _x(3)
+    y = x * x
+    assert not hasattr(y.grad_fn, "saved_tensors")
+    y.sum().backward()
+    assert y.grad_fn.name() == "MulBackward0"   # introspection still works after backward
+
+
 # --- torchviz ------------------------------------------------------------------------
 
 def test_torchviz_make_dot():
@@ -219,6 +265,36 @@ def test_torchviz_make_dot():
     assert "(3, 2)" in src and "(2)" in src   # the leaves, with their sizes
     src = torchviz.make_dot(y, show_attrs=True, show_saved=True).source
     assert "exponent" in src and "mat2_sym_sizes" in src and "result" in src
+    # built-in nodes draw no saved tensors by default, as in torch, and the
+    # graph can be drawn after backward
+    assert "orange" not in torchviz.make_dot(y).source
+    y.backward()
+    assert "MmBackward0" in torchviz.make_dot(y).source
+
+
+def test_torchviz_double_backward_tutorial():
+    """torch's "Double Backward with Custom Functions" tutorial draws the graph of
+    a gradient whose leaf only the graph holds."""
+    torchviz = pytest.importorskip("torchviz")
+
+    class Square(tg.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x ** 2
+
+        @staticmethod
+        def backward(ctx, grad_out):
+            x, = ctx.saved_tensors
+            return grad_out * 2 * x
+
+    x = tg.tensor(1., requires_grad=True).clone()
+    out = Square.apply(x)
+    grad_x, = tg.autograd.grad(out, x, create_graph=True)
+    src = torchviz.make_dot((grad_x, x, out)).source
+    for name in ("SquareBackward", "MulBackward0", "CloneBackward0", "AccumulateGrad"):
+        assert name in src, name
+    assert "orange" in src   # the Function's saved tensor
 
 
 # --- parity with torch ---------------------------------------------------------------

@@ -324,21 +324,32 @@ class Tensor(ArrayMethods):
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
         if self.grad_fn is not None:
             return self.grad_fn._add_tensor_hook(self._output_nr, hook)
-        return self._accumulate_node()._add_tensor_hook(0, hook)
+        return self._pinned_accumulate_node()._add_tensor_hook(0, hook)
 
     def register_post_accumulate_grad_hook(self, hook):
         if self.grad_fn is not None:
             raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors")
-        node = self._accumulate_node()
+        node = self._pinned_accumulate_node()
         hooks = node.metadata.setdefault("_post_accumulate", _graph.HookDict())
         h = _graph.RemovableHandle(hooks)
         hooks[h.id] = hook
         return h
 
     def _accumulate_node(self):
+        # A weak reference, as torch's: the graph holds the node and the node
+        # the leaf.  A leaf with hooks holds it strongly (_pinned_accumulate_node).
         acc = self._accum
-        if acc is None:
-            acc = self._accum = AccumulateGrad(self)
+        if acc is not None:
+            acc = acc if type(acc) is AccumulateGrad else acc()
+            if acc is not None:
+                return acc
+        acc = AccumulateGrad(self)
+        self._accum = weakref.ref(acc)
+        return acc
+
+    def _pinned_accumulate_node(self):
+        """The AccumulateGrad node, kept as long as the leaf (its hooks live there)."""
+        acc = self._accum = self._accumulate_node()
         return acc
 
     def _edge(self):
@@ -877,11 +888,8 @@ class PrimNode(Node):
             self.saved = None
             self.out_saved = None
 
-    @property
-    def saved_tensors(self):
-        inputs = self._inputs()
-        return tuple(a for a in inputs if isinstance(a, Tensor))
-
+    # (no ``saved_tensors``: torch's built-in nodes have none, only custom
+    # Functions' do, and torchviz draws a node that has them as a Function's)
     def _inputs(self):
         if self.freed:
             raise RuntimeError(FREED_MSG)

@@ -128,16 +128,22 @@ class Node:
 
 
 class AccumulateGrad(Node):
-    """Ends a path at a leaf tensor: adds the gradient into ``leaf.grad``."""
+    """Ends a path at a leaf tensor: adds the gradient into ``leaf.grad``.
+
+    As in torch, the node holds its leaf and the leaf holds the node only
+    weakly (``Tensor._accumulate_node``): a graph keeps alive every leaf it
+    reaches (torchviz draws ``torch.tensor(1., requires_grad=True).clone()``'s
+    leaf), and no reference cycle keeps a dropped leaf waiting for the
+    garbage collector."""
     __slots__ = ("_variable",)
 
     def __init__(self, leaf):
         super().__init__(())
-        self._variable = weakref.ref(leaf)
+        self._variable = leaf
 
     @property
     def variable(self):
-        return self._variable()
+        return self._variable
 
     def name(self):
         return "torch::autograd::AccumulateGrad"

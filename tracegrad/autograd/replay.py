@@ -252,7 +252,9 @@ def try_backward(loss, retain_graph, seed=None, inputs=None):
         for t in inputs:
             if t.grad_fn is not None:
                 return None  # a non-leaf input: the interpreter captures it
-            acc = t._accum
+            acc = t._accum   # a weak reference unless hooks pinned the node
+            if acc is not None and type(acc) is not AccumulateGrad:
+                acc = acc()
             targets.append(-1 if acc is None else index.get(acc, -1))
         targets = tuple(targets)
         key.append(targets)
