@@ -458,6 +458,49 @@ def test_custom_function_several_outputs_and_second_order():
     np.testing.assert_allclose(np.diag(tg.hessian(f)(x)), 2 + 6 * x, rtol=1e-12)
 
 
+class StraightThroughRound(tg.autograd.Function):
+    """round in the forward; the identity's derivative in both modes."""
+    @staticmethod
+    def forward(ctx, x):
+        return np.round(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+    @staticmethod
+    def jvp(ctx, t):
+        return t
+
+
+class RoundBackwardOnly(tg.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return np.round(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def test_forward_mode_through_a_custom_function_uses_its_jvp_or_says_it_has_none():
+    # The user's rules define the derivative in both modes: differentiating
+    # round's own ops would give 0 here, with no error.
+    x, t = np.array([0.3, 1.7, -2.2]), np.array([1.0, -2.0, 0.5])
+    f = lambda x: StraightThroughRound.apply(x) * x  # noqa: E731
+    _, tan = tg.jvp(f, (x,), (t,))
+    np.testing.assert_allclose(tan, t * x + np.round(x) * t, rtol=1e-12)
+    np.testing.assert_allclose(tg.jacfwd(f)(x), tg.jacobian(f)(x), rtol=1e-12)
+    g = lambda x: np.sum(StraightThroughRound.apply(x) ** 2)  # noqa: E731
+    np.testing.assert_allclose(tg.hessian(g)(x), 2 * np.eye(3), rtol=1e-12)
+    with pytest.raises(NotImplementedError, match="You must implement the jvp function.*"
+                                                  "RoundBackwardOnly"):
+        tg.jvp(lambda x: RoundBackwardOnly.apply(x) * x, (x,), (t,))
+    # reverse mode needs no jvp
+    np.testing.assert_allclose(tg.grad(lambda x: np.sum(RoundBackwardOnly.apply(x) * x))(x),
+                               x + np.round(x), rtol=1e-12)
+
+
 def test_custom_function_edit_changes_cache_key():
     from tracegrad.ops.custom import _source_hash
     assert _source_hash(ScaledExp) != _source_hash(SplitSquare)

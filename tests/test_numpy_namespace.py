@@ -79,3 +79,21 @@ def test_full_with_a_differentiated_fill_value(compile):
     onp.testing.assert_allclose(tg.grad(f, compile=compile)(X), _fd(f, X), rtol=1e-6)
     onp.testing.assert_array_equal(np.full((2, 2), 1.5), onp.full((2, 2), 1.5))
     assert np.full(3, 2, dtype=onp.int32).dtype == onp.int32
+
+
+def test_joining_lists_that_hold_values():
+    import tracegrad.numpy as tnp
+    x = np.array([1.0, 2.0, 3.0])
+
+    def f(x):
+        return tnp.sum(tnp.concatenate([x, [x[1], 2.0]]) ** 2)
+
+    def g(x):
+        return tnp.sum(tnp.stack([x, [x[1], 2.0, x[0]]]) ** 2 * tnp.arange(2.0)[:, None])
+    for compile_ in (True, False):
+        np.testing.assert_allclose(tg.grad(f, compile=compile_)(x), [2.0, 8.0, 6.0], rtol=1e-12)
+        np.testing.assert_allclose(tg.grad(g, compile=compile_)(x), [2.0, 4.0, 0.0], rtol=1e-12)
+    assert f(x) == 22.0
+    # plain pieces: NumPy's own result
+    np.testing.assert_array_equal(tnp.concatenate([[1, 2], [3]]), np.array([1, 2, 3]))
+    np.testing.assert_array_equal(tnp.vstack([[1, 2], [3, 4]]), np.array([[1, 2], [3, 4]]))

@@ -246,3 +246,13 @@ def test_signature_tables_stay_bounded_and_fast_path_hits_count():
     for _ in range(5):
         f(np.ones(3))
     assert tg.cache_info()["memory_hits"] == hits + 5
+
+
+def test_complex_numbers_in_differentiation_are_a_clear_error():
+    # a gradient of a complex function has conventions (torch's conjugate,
+    # JAX's holomorphic flag) that tracegrad does not implement: refused, never a
+    # number with a silently chosen meaning
+    with pytest.raises(TypeError, match="argument 'z' is complex"):
+        tg.grad(lambda z: np.sum(z * z))(np.array([1 + 1j]))
+    with pytest.raises(TypeError, match="real floating-point output, got complex128"):
+        tg.grad(lambda x: np.sum(x * (1 + 1j)))(np.array([1.0]))

@@ -96,8 +96,11 @@ def reverse(g, wrt, seed="input", keep_outputs=True):
             raise TypeError(f"grad requires a scalar output, but the function returns "
                             f"{d['dtype']}{list(d['shape'])}; use tg.vjp or tg.jacobian for "
                             f"non-scalar outputs, or reduce it (e.g. .sum())")
-        if not is_float(d["dtype"]):
-            raise TypeError(f"grad requires a floating-point output, got {d['dtype']}")
+        if not is_float(d["dtype"]) or np.issubdtype(d["dtype"], np.complexfloating):
+            raise TypeError(f"grad requires a real floating-point output, got {d['dtype']}"
+                            + ("; for a complex function differentiate its real part or "
+                               "abs(z) ** 2" if np.issubdtype(d["dtype"], np.complexfloating)
+                               else ""))
         ct_env[v] = _const_tracer(T, np.ones(d["shape"], d["dtype"]))
     else:
         for i, v in enumerate(out_nodes):
@@ -203,7 +206,7 @@ def tangent(g, wrt, keep_outputs=True):
         d = g.nodes[in_nodes[i]]
         seeds[in_nodes[i]] = T.new_input(Aval(d["shape"], d["dtype"]), f"t_{d['name']}")
     outs, env = ir.eval_graph(g, xs, trace=T)
-    tan = tangent_sweep(g, T, env, seeds)
+    tan = tangent_sweep(g, T, env, seeds, needed=_reaches_outputs(g))
     results = list(outs) if keep_outputs else []
     for v, o in zip(g.graph["outputs"], outs):
         t = tan.get(v)
@@ -212,17 +215,32 @@ def tangent(g, wrt, keep_outputs=True):
     return ir.from_trace(T)
 
 
-def tangent_sweep(g, T, env, seeds):
+def _reaches_outputs(g):
+    """The nodes some output of ``g`` depends on (the outputs included)."""
+    seen = set(g.graph["outputs"])
+    stack = list(seen)
+    while stack:
+        for u in g.predecessors(stack.pop()):
+            if u not in seen:
+                seen.add(u)
+                stack.append(u)
+    return seen
+
+
+def tangent_sweep(g, T, env, seeds, needed=None):
     """Apply the jvp rules of ``g``'s nodes in order inside trace T, given
     replayed values ``env`` and tangent ``seeds`` (node -> tangent).
-    Returns node -> tangent for every node a tangent reaches."""
+    Returns node -> tangent for every node a tangent reaches (of those in
+    ``needed``, when given: a tangent no output reads is never derived, so
+    a rule that cannot give one, such as a custom Function without jvp,
+    only stops forward mode where its tangent matters)."""
     from tracegrad.ops.base import jvp_apply
 
     tan = dict(seeds)
     for v in ir.topo_order(g):
         d = g.nodes[v]
         op = d["op"]
-        if op in ("input", "const") or v in seeds:
+        if op in ("input", "const") or v in seeds or (needed is not None and v not in needed):
             continue
         ops = ir.operands(g, v)
         if op == "proj":

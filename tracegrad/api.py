@@ -498,6 +498,12 @@ class Compiled:
         if kind in ("grad", "value_and_grad", "jacrev", "jacfwd", "hessian"):
             for a, lo, hi in wrt:
                 for j in range(lo, hi):
+                    if np.issubdtype(avals[j].dtype, np.complexfloating):
+                        raise TypeError(
+                            f"{kind} of {self.__name__}: argument '{names[j]}' is complex "
+                            f"({avals[j].dtype}); tracegrad differentiates real functions of "
+                            f"real inputs only. Pass the real and imaginary parts as two "
+                            f"float arguments (x.real, x.imag).")
                     if not np.issubdtype(avals[j].dtype, np.inexact):
                         raise TypeError(
                             f"{kind} of {self.__name__}: argument '{names[j]}' has dtype "

@@ -11,7 +11,10 @@ to an array first, is given here with NumPy's meaning:
 * ``array`` / ``asarray`` of a value, or of (nested) lists mixing values and
   numbers: stacked into one value that stays differentiable;
 * ``r_[...]`` and ``c_[...]`` with values among the pieces;
-* ``full(shape, value)`` with a value as the fill.
+* ``full(shape, value)`` with a value as the fill;
+* ``concatenate``, ``stack``, ``hstack``, ``vstack``, ``column_stack`` of
+  sequences whose pieces are (nested) lists holding values
+  (``np.concatenate([x, [x[1]]])``).
 
 On plain data each of these is exactly NumPy's, so code written against
 this module runs unchanged on ndarrays.
@@ -28,7 +31,7 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(dir(_np)) | {"array", "asarray", "r_", "c_", "full"})
+    return sorted(set(dir(_np)) | {"array", "asarray", "r_", "c_", "full", *_JOINS})
 
 
 def _holds_value(obj):
@@ -89,6 +92,26 @@ def full(shape, fill_value, dtype=None, order="C", *, like=None):
     v = fill_value if dtype is None else fill_value.astype(dtype)
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     return _np.broadcast_to(v, shape) + _np.zeros(shape, dtype=v.dtype)
+
+
+def _joiner(name):
+    numpy_fn = getattr(_np, name)
+
+    def join(arrays, *args, **kwargs):
+        # NumPy dispatches on the pieces only when they are arrays already: a
+        # list holding a value among the pieces is made one first (asarray)
+        if isinstance(arrays, (list, tuple)) and any(
+                isinstance(p, (list, tuple)) and _holds_value(p) for p in arrays):
+            arrays = [asarray(p) if isinstance(p, (list, tuple)) and _holds_value(p) else p
+                      for p in arrays]
+        return numpy_fn(arrays, *args, **kwargs)
+    join.__name__ = join.__qualname__ = name
+    join.__doc__ = f"np.{name}, also of pieces that are lists holding differentiated values."
+    return join
+
+
+_JOINS = ("concatenate", "stack", "hstack", "vstack", "column_stack")
+concatenate, stack, hstack, vstack, column_stack = (_joiner(n) for n in _JOINS)
 
 
 def _pieces(key):

@@ -86,10 +86,41 @@ def _custom_vjp(g, out, *operands, fn, n_out, statics, tensor_pos, source, setup
     return (None,) * n_out + tuple(grads[p] for p in tensor_pos)
 
 
+def _has_own_jvp(fn):
+    # the base class's jvp raises torch's error; it lives in the autograd
+    # layer above this one, so it is recognised by name
+    jvp = getattr(fn, "jvp", None)
+    return jvp is not None and getattr(jvp, "__qualname__", "") != "_SingleLevelFunction.jvp"
+
+
 def _custom_jvp(tangents, out, *operands, fn, n_out, statics, tensor_pos, source, setup_ctx):
-    # forward mode differentiates the forward's ops: the node passes the
-    # tangents of the forward outputs through
-    return tuple(tangents[:n_out])
+    """Forward mode runs the user's ``jvp`` (torch's ``Function.jvp``): the
+    user's rules, never the forward's ops, define the derivative (a
+    straight-through backward would otherwise meet a different forward-mode
+    derivative).  Without one it is torch's error."""
+    from tracegrad.ops.base import zeros_like_value
+    if not _has_own_jvp(fn):
+        raise NotImplementedError(
+            f"You must implement the jvp function for custom autograd.Function to use it with "
+            f"forward mode AD: {fn.__name__} defines only backward, and forward mode (tg.jvp, "
+            f"tg.jacfwd, tg.hessian, which is forward-over-reverse) needs "
+            f"'@staticmethod def jvp(ctx, *tangents)'; or differentiate in reverse mode "
+            f"(tg.grad, tg.jacobian)")
+    raw, xs = operands[:n_out], operands[n_out:]
+    n_args = len(statics) + len(tensor_pos)
+    ctx = _TraceCtx(tuple(i in tensor_pos for i in range(n_args)))
+    _run_forward(fn, ctx, _args(xs, statics, tensor_pos), setup_ctx)
+    grad_inputs = [None] * n_args
+    for p, x, t in zip(tensor_pos, xs, tangents[n_out:]):
+        if t is None and getattr(x, "dtype", None) is not None and x.dtype.kind == "f":
+            t = zeros_like_value(x)
+        grad_inputs[p] = t
+    res = fn.jvp(ctx, *grad_inputs)
+    res = res if isinstance(res, tuple) else (res,)
+    if len(res) != n_out:
+        raise RuntimeError(f"function {fn.__name__}.jvp returned an incorrect number of "
+                           f"tangents (expected {n_out}, got {len(res)})")
+    return tuple(zeros_like_value(r) if t is None else t for t, r in zip(res, raw))
 
 
 def _custom_numpy(names, fn, n_out, statics, tensor_pos, source, setup_ctx):
@@ -106,7 +137,7 @@ custom_vjp_p = register(
     may_view=True,  # the emitted tuple holds the forward outputs themselves
     n_out=lambda fn, n_out, statics, tensor_pos, source, setup_ctx: n_out,
     doc="A custom autograd.Function in compiled code: forward outputs pass through; "
-        "the vjp is the user's backward.")
+        "the vjp is the user's backward, the jvp the user's jvp.")
 
 
 def _source_hash(fn):
