@@ -375,3 +375,26 @@ def test_no_level_means_the_plain_binder():
         with fwAD.dual_level():
             1 / 0
     assert primitives._eager_bind is eager_bind
+
+
+def test_unpack_dual_levels_and_arguments_as_torch():
+    x = _t([1.0, 2.0])
+    assert fwAD.unpack_dual(3.0) == (3.0, None)   # no level open: anything passes through
+    with fwAD.dual_level():
+        d = fwAD.make_dual(x, _t([1.0, 1.0]))
+        # a level that is not open holds no tangent; torch answers so too
+        u = fwAD.unpack_dual(d, level=1)
+        assert u.primal is d and u.tangent is None
+        assert fwAD.unpack_dual(d, level=0).tangent is not None
+        with pytest.raises(TypeError, match="expects a Tensor"):
+            fwAD.unpack_dual(3.0)
+
+
+def test_tangents_flow_under_no_grad():
+    """Forward AD does not depend on grad mode (torch's no_grad stops only the tape)."""
+    with fwAD.dual_level():
+        d = fwAD.make_dual(_t([0.0, 1.0]), _t([2.0, 3.0]))
+        with tg.no_grad():
+            y = d.exp() * d
+        np.testing.assert_allclose(fwAD.unpack_dual(y).tangent.numpy(),
+                                   np.array([1.0, 2 * np.e]) * [2.0, 3.0])

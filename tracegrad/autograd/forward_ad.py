@@ -195,8 +195,10 @@ def unpack_dual(tensor, *, level=None):
     open)."""
     if _FW.level is None:
         return UnpackedDualTensor(tensor, None)
-    _check_level(level, "unpack a dual Tensor")
-    tangent = tangent_of(tensor) if isinstance(tensor, Tensor) else None
+    if not isinstance(tensor, Tensor):
+        raise TypeError(f"unpack_dual expects a Tensor, got {type(tensor).__name__}")
+    # as in torch, a level that is not open holds no tangent (no error)
+    tangent = tangent_of(tensor) if level is None or level == 0 else None
     if tangent is None:
         return UnpackedDualTensor(tensor, None)
     return UnpackedDualTensor(_view(tensor), tangent)
