@@ -35,6 +35,7 @@ def test_names_of_common_nodes():
     acc = (x * 2).grad_fn.next_functions[0][0]
     assert acc.name() == "torch::autograd::AccumulateGrad"
     assert type(acc).__name__ == "AccumulateGrad" and acc.variable is x
+    assert repr(acc).startswith("<AccumulateGrad object at")   # torch's repr, not name()
     assert acc.next_functions == ()
 
 

@@ -397,6 +397,7 @@ def test_grad_fn_graphs_match_torch():
                    if n.name() == "torch::autograd::AccumulateGrad"]
             leaves = sorted(k for k, v in enumerate((x, w, b)) for n in acc if n.variable is v)
             graphs.append((leaves, _walk(out.grad_fn)))
+            assert acc and all(repr(n).startswith("<AccumulateGrad object at") for n in acc)
         assert graphs[0][0] == graphs[1][0], i
         if i < len(programs) - 1:
             assert graphs[0][1] == graphs[1][1], i

@@ -148,6 +148,9 @@ class AccumulateGrad(Node):
     def name(self):
         return "torch::autograd::AccumulateGrad"
 
+    def __repr__(self):   # torch prints the class name here, not name()
+        return f"<AccumulateGrad object at {id(self):#x}>"
+
 
 # --- saved-tensor hooks -------------------------------------------------------
 
