@@ -336,3 +336,19 @@ def test_vjp_and_jvp_without_compiling_match_the_compiled_ones():
         np.testing.assert_allclose(a, b, rtol=1e-13)
     np.testing.assert_allclose(tg.jacobian(branchy, argnums=(0, 1), compile=False)(x, y)[0][1],
                                tg.jacobian(straight, argnums=(0, 1))(x, y)[0][1], rtol=1e-13)
+
+
+def test_torch_equal_allclose_isclose_are_torchs():
+    # torch.equal is ONE bool (torch.eq and == compare elementwise); NumPy's
+    # np.equal stays elementwise
+    a = tg.tensor([1.0, 2.0, float("inf")])
+    b = tg.tensor([1.0, 2.0 + 1e-7, float("inf")])
+    assert tg.equal(a, a) is True and a.equal(a.clone()) is True
+    assert tg.equal(a, b) is False and tg.equal(a, tg.tensor([1.0, 2.0])) is False
+    assert tg.allclose(a, b) is True and a.allclose(b) is True
+    assert tg.allclose(a, b, rtol=0, atol=1e-9) is False
+    np.testing.assert_array_equal(tg.isclose(a, b, rtol=0, atol=1e-9).numpy(), [True, False, True])
+    n = tg.tensor([float("nan")])
+    assert tg.allclose(n, n) is False and tg.allclose(n, n, equal_nan=True) is True
+    np.testing.assert_array_equal(np.equal(np.array([1.0, 2.0]), np.array([1.0, 3.0])),
+                                  [True, False])

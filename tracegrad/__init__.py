@@ -23,7 +23,7 @@ from tracegrad import numpy_face  # noqa: F401
 from tracegrad.torch_face import (std, var, max, min, sort, split, transpose,  # noqa: F401
                                   nonzero, squeeze, norm, topk, kthvalue, median, sum, mean,
                                   prod, amax, amin, argmax, argmin, all, any, nansum, nanmean,
-                                  cross)
+                                  cross, equal, isclose, allclose)
 from tracegrad import autograd
 from tracegrad.autograd import (no_grad, enable_grad, set_grad_enabled, inference_mode,
                                 is_grad_enabled, is_inference_mode_enabled)

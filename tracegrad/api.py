@@ -273,9 +273,18 @@ class Compiled:
         sig = (tuple(map(_leaf_sig, arrays)),
                tuple((r[0], r[3]) for r in ranges), kw_tree, static_key(statics), len(args),
                faces)
-        if tensors and self.kind == "forward":
+        if tensors:
             from tracegrad.autograd.grad_mode import state
-            if state.grad_enabled and any(getattr(x, "requires_grad", False) for x in leaves):
+            from tracegrad.tensor import _FW, _tangent
+            duals = _FW.level is not None and any(_tangent(x) is not None for x in leaves)
+            if duals and self.kind != "forward":
+                raise NotImplementedError(
+                    f"tg.{self.kind} of {self.__name__} was called on dual tensors of an open "
+                    f"forward_ad level; the tangents cannot pass through a compiled derivative. "
+                    f"Compose the transforms instead (tg.jvp of the function, tg.hessian), or "
+                    f"call it outside the dual_level")
+            if self.kind == "forward" and (duals or state.grad_enabled and any(
+                    getattr(x, "requires_grad", False) for x in leaves)):
                 return self._call_on_tape(args, leaves, arrays, ranges, kw_tree, statics, names, sig)
         entry = self._fast.get(sig)
         if entry is None:

@@ -151,6 +151,16 @@ class GraphFunction:
     def call_tensors(self, values):
         """Run on a list of Tensors/arrays; record one tape node when any
         Tensor requires grad and grad mode is on."""
+        from tracegrad.tensor import _FW
+        outputs = self._call_tensors(values)
+        if _FW.level is not None:
+            # dual tensors among the arguments: the outputs get their tangents
+            # from the compiled forward-mode graph (never silently none)
+            from tracegrad.autograd import forward_ad
+            forward_ad.attach_compiled_tangents(self, values, outputs)
+        return outputs
+
+    def _call_tensors(self, values):
         from tracegrad.autograd.grad_mode import state
         from tracegrad.tensor import Tensor
         arrays = [v._data if isinstance(v, Tensor) else np.asarray(v) for v in values]

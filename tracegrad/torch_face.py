@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import collections
 
+import numpy as np
+
 from tracegrad import ops
 from tracegrad.ops import indexing, linalg, reductions, shape
 from tracegrad.ops._define import face_method
@@ -38,7 +40,7 @@ FACE = "torch"
 
 __all__ = ["std", "var", "max", "min", "sort", "split", "transpose", "nonzero", "squeeze",
            "norm", "topk", "kthvalue", "median", "sum", "mean", "prod", "amax", "amin", "argmax",
-           "argmin", "all", "any", "nansum", "nanmean", "cross"]
+           "argmin", "all", "any", "nansum", "nanmean", "cross", "equal", "isclose", "allclose"]
 
 
 @face_method(FACE, "size")
@@ -135,6 +137,34 @@ def cross(input, other, dim=None):
         if dim is None:
             raise RuntimeError(f"no dimension of size 3 in input of shape {tuple(shape)}")
     return linalg.cross(input, other, axis=dim)
+
+@face_method(FACE, "equal")
+def equal(input, other):
+    """torch.equal: ONE bool, True when both have the same shape and the
+    same elements (torch.eq / ``==`` compare elementwise)."""
+    if tuple(input.shape) != tuple(getattr(other, "shape", ())):
+        return False
+    return bool(reductions.all(ops.equal(input, other)))
+
+
+@face_method(FACE, "isclose")
+def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """torch.isclose: |input - other| <= atol + rtol * |other|, elementwise
+    (infinities equal themselves; NaN only with equal_nan)."""
+    a, b = input, other
+    with np.errstate(invalid="ignore"):      # inf - inf: handled by the equality below
+        close = ops.less_equal(ops.abs(a - b), atol + rtol * ops.abs(b))
+    close = ops.logical_or(close, ops.equal(a, b))     # equal infinities
+    if equal_nan:
+        close = ops.logical_or(close, ops.logical_and(ops.isnan(a), ops.isnan(b)))
+    return close
+
+
+@face_method(FACE, "allclose")
+def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """torch.allclose: ONE bool, isclose everywhere (shapes broadcast)."""
+    return bool(reductions.all(isclose(input, other, rtol, atol, equal_nan)))
+
 
 _topk = collections.namedtuple("topk", ["values", "indices"])
 _kthvalue = collections.namedtuple("kthvalue", ["values", "indices"])
