@@ -564,6 +564,29 @@ def test_checkpointed_loops_give_the_same_derivatives(k):
     assert f"np.empty(({n // kk}, 3)" in src and f"np.empty(({n}, 3)" not in src
 
 
+def test_a_memory_budget_chooses_the_checkpointing():
+    n = 100          # a float64[3] carry pair: 48 bytes a step, 4.8 kB for all
+
+    def f(v0, ck):
+        def body(i, s):
+            x, v = s
+            v, x = _step(v, x)
+            return (x, v)
+        x, v = tg.fori_loop(0, n, body, (np.zeros(3), v0), checkpoint=ck)
+        return np.sum((x - np.array([10., 0., 0.])) ** 2)
+    ref = tg.grad(f, static_argnums=(1,))(V0, None)
+    for budget, stored in (("1MB", n), ("1.5kB", 10)):   # all fit / every 10th
+        np.testing.assert_allclose(tg.grad(f, static_argnums=(1,))(V0, budget), ref, rtol=RTOL)
+        src = tg.grad(f, static_argnums=(1,)).lower(V0, budget).source
+        assert f"np.empty(({stored}, 3)" in src
+    with pytest.raises(ValueError, match="needs at least .* MB with checkpointing"):
+        tg.grad(f, static_argnums=(1,))(V0, "500B")
+    with pytest.raises(ValueError, match="a memory budget is written like"):
+        tg.grad(f, static_argnums=(1,))(V0, "lots")
+    with pytest.raises(ValueError, match="checkpoint= must be"):
+        f(V0, -2)    # eagerly too
+
+
 def test_checkpointed_scan_with_xs_and_ys():
     def f(h0, xs, ck):
         h, ys = tg.scan(lambda h, x: (np.tanh(h * 0.9 + x), h * x), h0, xs, checkpoint=ck)

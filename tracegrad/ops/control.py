@@ -835,7 +835,10 @@ def fori_loop(lower, upper, body_fun, init_val, *, checkpoint=None):
     the carry of every step; ``checkpoint=k`` stores every k-th and reruns
     the k steps of a segment during the backward pass (one more forward
     run in all); ``checkpoint=True`` takes k = ceil(sqrt(n)), so n steps
-    keep about 2 sqrt(n) carries.  The derivatives are the same numbers."""
+    keep about 2 sqrt(n) carries; ``checkpoint="50MB"`` is a memory budget
+    for the stored carries: all of them when they fit, else every
+    ceil(sqrt(n))-th, and an error when even that does not fit.  The
+    derivatives are the same numbers."""
     if not callable(body_fun):
         raise TypeError(f"fori_loop: body_fun must be callable, got {type(body_fun).__name__}")
     if not (_check_int("lower", lower) and _check_int("upper", upper)):
@@ -855,6 +858,7 @@ def fori_loop(lower, upper, body_fun, init_val, *, checkpoint=None):
     lower, upper = int(lower), int(upper)
     n = max(upper - lower, 0)
 
+    _checkpoint_every(checkpoint, n)    # a bad value is an error in every mode
     leaves = _tree_leaves(init_val)
     mode = _mode(leaves)
     if mode == "eager" or hooks.trace_body is None:
@@ -863,20 +867,48 @@ def fori_loop(lower, upper, body_fun, init_val, *, checkpoint=None):
             val = body_fun(i, val)
         return val
     out = _scan_core(lambda i, c, x: (body_fun(i, c), None), init_val, None, n, lower,
-                     False, "fori_loop", _checkpoint_every(checkpoint, n))
+                     False, "fori_loop", checkpoint)
     return out[0]
 
 
-def _checkpoint_every(checkpoint, n):
-    """k of checkpoint= (None: every carry is stored)."""
+_UNITS = {"b": 1, "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9,
+          "kib": 2 ** 10, "mib": 2 ** 20, "gib": 2 ** 30}
+
+
+def _budget_bytes(text):
+    import re
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmg]i?b|b)\s*", str(text).lower())
+    if not m:
+        raise ValueError(f"checkpoint={text!r}: a memory budget is written like '50MB', "
+                         f"'1.5GiB' or '800kB'")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def _checkpoint_every(checkpoint, n, carry_bytes=None):
+    """k of checkpoint= (None: every carry is stored).  A budget ('50MB'):
+    every carry when they fit, else every ceil(sqrt(n))-th, which holds
+    about 2 sqrt(n) carries at once; a budget below that is an error."""
+    if isinstance(checkpoint, str):
+        budget = _budget_bytes(checkpoint)
+        if carry_bytes is None or n * carry_bytes <= budget:
+            return None
+        k = max(2, int(np.ceil(np.sqrt(max(n, 1)))))
+        need = (-(-n // k) + k) * carry_bytes
+        if need > budget:
+            raise ValueError(
+                f"checkpoint={checkpoint!r}: reverse mode through {n} steps of a "
+                f"{carry_bytes}-byte carry needs at least {need / 1e6:.3g} MB with "
+                f"checkpointing (every {k}-th carry stored and one segment of {k} "
+                f"rematerialised); raise the budget or shorten the loop")
+        return k
     if checkpoint is None or checkpoint is False:
         return None
     if checkpoint is True:
         return max(2, int(np.ceil(np.sqrt(max(n, 1)))))
     if isinstance(checkpoint, (bool, np.bool_)) or not isinstance(checkpoint, (int, np.integer)) \
             or checkpoint < 1:
-        raise ValueError(f"checkpoint= must be None, True or a positive int (store every k-th "
-                         f"carry), got {checkpoint!r}")
+        raise ValueError(f"checkpoint= must be None, True, a positive int (store every k-th "
+                         f"carry) or a memory budget such as '50MB', got {checkpoint!r}")
     return int(checkpoint) if checkpoint > 1 else None
 
 
@@ -906,7 +938,7 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1, *, checkpoint=N
         raise ValueError("scan: with no xs, pass length=")
     n = lengths.pop()
     return _scan_core(lambda i, c, x: f(c, x), init, xs, n, None, bool(reverse), "scan",
-                      _checkpoint_every(checkpoint, n))
+                      checkpoint)
 
 
 def _tree_map(f, *trees):
@@ -955,6 +987,7 @@ def _eager_scan(fn, init, xs, n, start, reverse):
 def _scan_core(fn, init, xs, n, start, reverse, who, checkpoint=None):
     """Trace ``fn(i, carry, x) -> (carry, y)`` once and bind a scan node, or
     run the Python loop when nothing is traced."""
+    _checkpoint_every(checkpoint, n)    # a bad value is an error in every mode
     if hooks.trace_body is None:   # nothing can be traced: plain values
         return _eager_scan(fn, init, xs, n, start, reverse)
     c_leaves, c_tree = hooks.tree_flatten(init)
@@ -963,6 +996,8 @@ def _scan_core(fn, init, xs, n, start, reverse, who, checkpoint=None):
     if mode == "eager":
         return _eager_scan(fn, init, xs, n, start, reverse)
     c_avals = [_leaf_aval(x) for x in c_leaves]
+    checkpoint = _checkpoint_every(checkpoint, n, sum(
+        int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize for a in c_avals))
     x_avals = [Aval(_leaf_aval(x).shape[1:], _leaf_aval(x).dtype) for x in x_leaves]
     idx_aval = [Aval((), np.dtype(np.int64))] if start is not None else []
     faces = ["numpy"] * len(idx_aval) + [_face(x) for x in c_leaves] + [_face(x) for x in x_leaves]
