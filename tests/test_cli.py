@@ -171,11 +171,22 @@ def test_every_transform_standalone_matches_decorator(work):
                       "--static", "dt=0.1", "--jvp"], "rollout", (x0, ta[:3]),
          tg.jvp(roll, (x0,), (ta[:3],))),
     ]
+    # a long Python loop is rolled into one loop node: the standalone module
+    # holds a Python loop over the body's function, not 300 copies of it
+    long_roll = lambda x: model.rollout(x, 300, 0.01)  # noqa: E731
+    o_long, f_long = tg.vjp(long_roll, x0)
+    cases += [
+        ("roll_long_vjp", ["model.py:rollout", "--arg", "x=float64[3]", "--static",
+                           "n_steps=300", "--static", "dt=0.01", "--vjp"], "rollout",
+         (x0, ct[0], ct[1]["energy"]), (o_long, f_long(ct))),
+    ]
     for module, args, _, _, _ in cases:
         r = cli("compile", *args, "-o", str(out / f"{module}.py"))
         assert r.returncode == 0, r.stderr
         text = (out / f"{module}.py").read_text()
         assert "tracegrad" not in "".join(l for l in text.splitlines() if l.startswith(("import", "from")))
+    long_text = (out / "roll_long_vjp.py").read_text()
+    assert "def _scan_body" in long_text and "for _" in long_text and len(long_text) < 20_000
     results = run_standalone(work, [(m, fn, args) for m, _, fn, args, _ in cases])
     for module, _, fn, _, expected in cases:
         assert_tree_close(results[module], expected)
