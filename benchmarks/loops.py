@@ -14,7 +14,8 @@ each n it prints, per system:
 * peak: the peak of Python-allocated memory during one later call
   (tracemalloc: NumPy's arrays are counted, the interpreter's own are not).
 
-Systems: tracegrad with ``tg.fori_loop`` (one loop node: compile time does
+Systems: tracegrad (NumPy target, and the native C target: ``backend="native"``,
+where the whole gradient, loops included, is one C function) with ``tg.fori_loop`` (one loop node: compile time does
 not depend on n), tracegrad on the plain Python loop (rolled into the same
 loop node while tracing; tracing itself still runs every iteration, so the
 first call grows with n: only up to ``--unrolled-max`` steps), jax.jit with
@@ -34,6 +35,8 @@ import os
 for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_v] = "1"
 os.environ.setdefault("TRACEGRAD_CACHE", "0")   # measure compiling, not the disk cache
+# the native rows: the whole gradient, loops included, as one C function
+os.environ.setdefault("TRACEGRAD_NATIVE_WHOLE", "1")
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402
@@ -97,6 +100,11 @@ def systems(unrolled_max):
     out = [("tracegrad fori_loop", lambda: tg.value_and_grad(miss_fori, static_argnums=(1,)),
             None),
            ("tracegrad Python loop", lambda: tg.value_and_grad(miss, static_argnums=(1,)),
+            unrolled_max),
+           ("tracegrad native fori_loop",
+            lambda: tg.value_and_grad(miss_fori, static_argnums=(1,), backend="native"), None),
+           ("tracegrad native Python loop",
+            lambda: tg.value_and_grad(miss, static_argnums=(1,), backend="native"),
             unrolled_max)]
     try:
         import jax

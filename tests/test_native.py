@@ -49,8 +49,11 @@ def _assert_close(got, want, dtype):
 
 
 @needs_cc
+@pytest.mark.parametrize("whole", ["0", "1"])
 @pytest.mark.parametrize("name,transform,dtype", CASES, ids=IDS)
-def test_native_target_matches_numpy_target(name, transform, dtype):
+def test_native_target_matches_numpy_target(name, transform, dtype, whole, monkeypatch):
+    # whole="1": graphs whose every node has a C form are one C function
+    monkeypatch.setenv("TRACEGRAD_NATIVE_WHOLE", whole)
     with_numpy = _run(name, transform, dtype, "numpy")
     # tg.vjp/tg.jvp keep one compiled graph per traced structure, whatever
     # the backend (graph_call._VJP_CACHE): start afresh for the native run
@@ -61,18 +64,24 @@ def test_native_target_matches_numpy_target(name, transform, dtype):
 
 
 @needs_cc
-def test_w2_is_one_c_kernel_with_fused_pairwise_sum():
+@pytest.mark.parametrize("whole", ["1", "0"])
+def test_w2_is_one_c_kernel_with_fused_pairwise_sum(whole, monkeypatch):
+    # "1": the graph is one C function calling its one kernel; "0": the
+    # driver calls the kernel (TRACEGRAD_NATIVE_WHOLE=0, the default)
+    monkeypatch.setenv("TRACEGRAD_NATIVE_WHOLE", whole)
     x = np.linspace(-1, 2, 10000)
     low = tg.value_and_grad(w2, argnums=(0, 1), backend="native").lower(x, x)
     src = low.source
     assert 'TARGET = "native"' in src
-    assert src.count("void tg_k") == 1, src
+    k = "tg_wk" if whole == "1" else "tg_k"
+    assert src.count(f"void {k}") == 1, src
     assert "#pragma omp simd reduction(+:" in src and "tg_pw_push_f64" in src
-    assert "    _tg_k0(" in src
+    assert ("    _tg_whole(" if whole == "1" else "    _tg_k0(") in src
     # the sum is accurate: blocked, then pairwise (a sequential sum is not)
     x = np.full(1_000_003, 0.1)
     f = tg.compile(lambda x: np.sum(x * 1.5), backend="native")
-    assert "sum, finished in tg_k0" in f.lower(x).source
+    assert ("sum (fused epilogue)" if whole == "1" else "sum, finished in tg_k0") \
+        in f.lower(x).source
     exact = math.fsum(x * 1.5)
     sequential = np.cumsum(x * 1.5)[-1]
     assert abs(sequential - exact) > 1000 * np.spacing(exact)
@@ -282,7 +291,9 @@ def test_fusion_groups_scale_near_linearly():
 
 
 @needs_cc
-def test_extension_entry_checks_its_arguments():
+def test_extension_entry_checks_its_arguments(monkeypatch):
+    # the kernel-per-group driver (the whole-graph entry is checked below)
+    monkeypatch.setenv("TRACEGRAD_NATIVE_WHOLE", "0")
     if codegen_c.recipe()["entry"] != "python":
         pytest.skip("Python's headers are not installed: the kernels are called through ctypes")
     x = np.linspace(-1, 1, 50)
@@ -339,3 +350,134 @@ def test_a_sum_read_by_its_own_kernel_is_not_fused_into_it(monkeypatch):
         c = nx.DiGraph((unit.get(a, a), unit.get(b, b)) for a, b in g.edges()
                        if unit.get(a, a) != unit.get(b, b))
         assert nx.is_directed_acyclic_graph(c)
+
+
+# --- whole graphs as one C function (loops as C loops) ----------------------------------------
+# Opt-in for now (TRACEGRAD_NATIVE_WHOLE=1).
+
+def _miss(v0, n):
+    x = np.zeros(3)
+    v = v0
+    for _ in range(n):
+        a = -0.1 * v * np.sqrt(np.sum(v * v)) + np.array([0., 0., -9.8])
+        v = v + 0.01 * a
+        x = x + 0.01 * v
+    return np.sum((x - np.array([10., 0., 0.])) ** 2)
+
+
+def _miss_fori(v0, n):
+    def body(i, s):
+        x, v = s
+        a = -0.1 * v * np.sqrt(np.sum(v * v)) + np.array([0., 0., -9.8])
+        v = v + 0.01 * a
+        return (x + 0.01 * v, v)
+    x, v = tg.fori_loop(0, n, body, (np.zeros(3), v0))
+    return np.sum((x - np.array([10., 0., 0.])) ** 2)
+
+
+@pytest.fixture
+def whole_on(monkeypatch):
+    monkeypatch.setenv("TRACEGRAD_NATIVE_WHOLE", "1")
+
+
+def _whole_vs_numpy(f, args, argnums=0, static=(), dtype=np.float64, transform="vg"):
+    make = {"vg": lambda b: tg.value_and_grad(f, argnums=argnums, static_argnums=static,
+                                               backend=b),
+            "fwd": lambda b: tg.compile(f, static_argnums=static, backend=b)}[transform]
+    graph_call._VJP_CACHE.clear()
+    want = make("numpy")(*args)
+    fn = make("native")
+    got = fn(*args)
+    assert tg.cache_info()["target"] == "native"
+    src = fn.lower(*args).source
+    assert "the whole graph: one C call" in src, src[-3000:]
+    _assert_close(got, want, dtype)
+    return src
+
+
+@needs_cc
+@pytest.mark.parametrize("n", [1, 2, 3, 17, 3000])
+def test_projectile_gradient_is_one_c_function(n, whole_on):
+    v0 = np.array([5., 0., 5.])
+    for f in (_miss, _miss_fori):
+        src = _whole_vs_numpy(f, (v0, n), static=(1,))
+        if n == 3000 or (f is _miss_fori and n > 1):
+            assert "for (long long _s" in src          # the loop is a C loop
+            assert "def _scan_body" not in src         # no Python loop, no body function
+
+
+@needs_cc
+def test_whole_c_scan_with_index_xs_ys_reverse_and_nesting(whole_on):
+    xs = np.linspace(-1.0, 1.0, 24).reshape(8, 3)
+    w = np.array([0.3, -0.2, 0.5])
+
+    def index_loop(w):
+        return np.sum(tg.fori_loop(2, 9, lambda i, c: c * 0.9 + np.sin(w * i), w) ** 2)
+
+    def scanned(w, xs, reverse):
+        def step(c, x):
+            c = np.tanh(c * w + x)
+            return c, c * x
+        c, ys = tg.scan(step, np.zeros(3), xs, reverse=reverse)
+        return np.sum(c) + np.sum(ys ** 2) + np.sum(np.sum(ys, axis=0) * w)
+
+    def nested(w):
+        def outer(i, c):
+            return tg.fori_loop(0, 4, lambda j, d: d * 0.5 + np.cos(d) * w, c) + 0.1
+        return np.sum(tg.fori_loop(0, 5, outer, w))
+
+    _whole_vs_numpy(index_loop, (w,))
+    for reverse in (False, True):
+        _whole_vs_numpy(scanned, (w, xs, reverse), argnums=(0, 1), static=(2,))
+    src = _whole_vs_numpy(nested, (w,))
+    assert src.count("for (long long _s") >= 4
+
+
+@needs_cc
+def test_whole_c_broadcasting_partial_sums_slices_transpose_float32(whole_on):
+    x = np.linspace(0.1, 2.0, 12).reshape(3, 4)
+    b = np.linspace(-1.0, 1.0, 4)
+
+    def f(x, b):
+        y = np.exp(x * 0.3) + b                           # broadcast (4,) over (3, 4)
+        s = np.sum(y, axis=1, keepdims=True) * np.sum(y.T, axis=1)[None, :4]
+        return np.sum(s) + np.sum(y[1:, ::2] ** 2) + np.sum(x[0] * b)
+
+    _whole_vs_numpy(f, (x, b), argnums=(0, 1))
+    _whole_vs_numpy(f, (x.astype(np.float32), b.astype(np.float32)), argnums=(0, 1),
+                    dtype=np.float32)
+    _whole_vs_numpy(rosenbrock, (np.linspace(0.1, 1.0, 16),))
+    # large arrays: heap buffers, blocked pairwise sums
+    big = np.linspace(-1.0, 1.0, 300_000).reshape(600, 500)
+    _whole_vs_numpy(lambda x: np.sum(np.sin(x), axis=0) + np.sum(x.T ** 2, axis=1), (big,),
+                    transform="fwd")
+
+
+@needs_cc
+def test_graphs_without_a_c_form_keep_the_driver(whole_on):
+    A = np.linspace(-1, 1, 12).reshape(3, 4)
+    f = tg.value_and_grad(lambda x: np.sum(np.tanh(A @ x)), backend="native")
+    x = np.linspace(0.0, 1.0, 4)
+    src = f.lower(x).source
+    assert "one C call" not in src and "np.matmul" in src
+    _assert_close(f(x), tg.value_and_grad(lambda x: np.sum(np.tanh(A @ x)))(x), np.float64)
+
+
+@needs_cc
+def test_whole_function_takes_arrays_as_they_come_and_converts_the_rest(whole_on):
+    x = np.linspace(0.1, 1.0, 16)
+    src = tg.value_and_grad(rosenbrock, backend="native").lower(x).source
+    ns = {"__name__": "native_whole_test"}
+    exec(compile(src, "<native>", "exec"), ns)
+    want = tg.value_and_grad(rosenbrock)(x)
+    # float64, float32, int64 and a list: the element type is checked, the
+    # rest converted by NumPy, as the NumPy target would
+    for arg in (x, x.astype(np.float32).astype(np.float64), np.arange(16), list(x),
+                np.linspace(0.1, 1.0, 32)[::2]):
+        got = ns["value_and_grad"](arg)
+        ref = tg.value_and_grad(rosenbrock)(np.asarray(arg, dtype=np.float64))
+        _assert_close(got, ref, np.float64)
+    _assert_close(ns["value_and_grad"](x), want, np.float64)
+    if ns["_ENTRY"] == "python":
+        with pytest.raises(TypeError, match="element type 'l'"):
+            ns["_tg_whole"](np.arange(16), np.empty(()), np.empty(16))

@@ -11,6 +11,10 @@ declarations), and the entry: a ctypes call from a NumPy driver
 indexing and shape ops stay NumPy calls between the kernels, so BLAS does
 the matrix products.
 
+A graph whose every node (loop bodies included) has a C form is instead ONE
+C function (``codegen_c_whole.WholeFunction``): its kernels, sums, copies
+and loops in C, one call from Python per graph call.
+
 The build recipe (compiler, flags, ISA level, vector math) and the builder
 live in ``codegen_templates/native_loader.py``, pasted into every generated
 module: a module written by ``tracegrad compile --backend native`` builds
@@ -23,10 +27,11 @@ import re
 
 import numpy as np
 
-from tracegrad import codegen_cuda
+from tracegrad import codegen_c_whole, codegen_cuda
 from tracegrad._version import __version__
 from tracegrad.codegen_c_build import (_loader, _loader_text, available, build_error,  # noqa: F401
-                                       fallback_notice, mark_broken, recipe, recipe_or_none)
+                                       fallback_notice, mark_broken, recipe, recipe_or_none,
+                                       whole_enabled)
 
 # C's float functions carry an f; the registry's expressions use the
 # (CUDA-overloaded) double names.
@@ -55,6 +60,11 @@ _C_SIZES = {"float": 4, "double": 8, "bool": 1, "signed char": 1, "unsigned char
            "short": 2, "unsigned short": 2, "int": 4, "unsigned int": 4, "long long": 8,
            "unsigned long long": 8}
 
+# the buffer protocol's format characters of each C type (native order)
+_FORMATS = {"float": "f", "double": "d", "bool": "?", "signed char": "b", "unsigned char": "B",
+            "short": "h", "unsigned short": "H", "int": "i", "unsigned int": "I",
+            "long long": "lq", "unsigned long long": "LQ"}
+
 C = codegen_cuda.Target(
     "native C",
     acc_store="{param}[0] = {acc};",   # replaced by the pairwise epilogue (_launch)
@@ -75,7 +85,7 @@ class Function(codegen_cuda.Function):
     def _launch(self, g, kern, kname, module, names, fresh):
         handle = f"_{kname}"
         module.kernel(kname, kern.n)
-        module.kernel_handles[-1]["nargs"] = len(kern.params)
+        module.kernel_handles[-1].update(nargs=len(kern.params), status=0)
         self.body.append({"code": None, "comment": None,
                           "source": f"kernel {kname}: {kern.describe(g)}"})
         for v, var in kern.outputs:
@@ -108,23 +118,59 @@ class Function(codegen_cuda.Function):
 
 
 def c_source(functions, lowered, g_of, rec, header=()):
-    kernels = []
+    kernels, entries, wholes = [], [], []
+
+    def kernel_dict(kern, g):
+        k = kern.render_dict(g)
+        k["args"] = [{"ctype": ct, "bytes": n * _C_SIZES[ct], "writable": int(w),
+                      "cast": p.rsplit(" ", 1)[0].replace(" __restrict__", "")}
+                     for (ct, n, w), p in zip(kern.param_info, kern.params)]
+        return k
+
     for f in lowered:
+        if isinstance(f, codegen_c_whole.WholeFunction):
+            for kern, g in f.kernels:
+                kernels.append(kernel_dict(kern, g))
+            wholes.append(f.c_text())
+            entries.append({"name": f.cname, "status": 1,
+                            "args": [{"ctype": ct, "bytes": n * _C_SIZES[ct], "writable": int(w),
+                                      "cast": decl.rsplit(" ", 1)[0].replace(" __restrict__", ""),
+                                      "fmt": _FORMATS[ct]}
+                                     for decl, ct, n, w in f.params]})
+            continue
         for kern in f.kernels:
-            k = kern.render_dict(g_of[id(f)])
-            k["args"] = [{"ctype": ct, "bytes": n * _C_SIZES[ct], "writable": int(w),
-                          "cast": p.rsplit(" ", 1)[0].replace(" __restrict__", "")}
-                         for (ct, n, w), p in zip(kern.param_info, kern.params)]
+            k = kernel_dict(kern, g_of[id(f)])
             kernels.append(k)
+            entries.append({"name": k["name"], "status": 0, "args": k["args"]})
     loader = _loader()
     funcs = rec["vector_math"] if rec else []
     return codegen_cuda._jinja().get_template("native_kernels.c.j2").render(
         version=__version__, header=list(header), kernels=kernels, vector_math=funcs,
-        vector_decls=loader["vector_math_decls"](funcs))
+        vector_decls=loader["vector_math_decls"](funcs), entries=entries, wholes=wholes)
 
 
 def _lower(functions):
-    return codegen_cuda._lower_all(functions, Function)
+    """(module, lowered functions, graph of each): a graph whose every node
+    has a C form becomes one C function (codegen_c_whole.WholeFunction),
+    any other keeps the driver structure (Function)."""
+    module = codegen_cuda.DriverModule()
+    module.function_cls = Function
+    prefix_each = len(functions) > 1
+    lowered, g_of = [], {}
+    whole = whole_enabled()
+    for g, name, args, doc in functions:
+        prefix = f"{codegen_cuda.c_identifier(name)}_" if prefix_each else ""
+        if whole and any(g.nodes[v]["op"] not in ("input", "const") for v in g.nodes) \
+                and codegen_c_whole.why_not(g) is None:
+            f = codegen_c_whole.WholeFunction(g, name, args, doc, module, prefix,
+                                              f"tg_{prefix}w", _c_math)
+        else:
+            f = Function(g, name, args, doc, module, prefix)
+        g_of[id(f)] = g
+        lowered.append(f)
+    for f in module.extra:
+        g_of[id(f)] = f.graph
+    return module, module.extra + lowered, g_of
 
 
 def translation_unit(graph, header=(), rec=None) -> str:
@@ -148,6 +194,12 @@ def generate_driver(functions, source="", transform="", key="", rec=None, standa
         c_source=codegen_cuda._py_string(csrc), recipe=repr(None if standalone else rec),
         loader=_loader_text(), needs_math=module.needs_math,
         needs_base64=module.needs_base64, helpers=module.helpers,
-        constants=module.constants, kernels=module.kernel_handles,
+        constants=module.constants,
+        kernels=module.kernel_handles + [{"handle": f"_{f.cname}", "name": f.cname,
+                                          "nargs": len(f.params), "status": 1}
+                                         for f in lowered
+                                         if isinstance(f, codegen_c_whole.WholeFunction)],
         functions=[{"name": f.name, "args": f.args, "doc": f.doc, "body": f.body,
-                    "returns": f.returns} for f in lowered])
+                    "returns": f.returns,
+                    "asarray": not isinstance(f, codegen_c_whole.WholeFunction)}
+                   for f in lowered])

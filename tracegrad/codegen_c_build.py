@@ -100,13 +100,25 @@ def _probe():
     return rec
 
 
+def whole_enabled():
+    """Does a graph whose every node has a C form become one C function?
+    Opt-in for now (``TRACEGRAD_NATIVE_WHOLE=1``); otherwise every graph
+    keeps the driver with a C kernel per fused group."""
+    return (os.environ.get("TRACEGRAD_NATIVE_WHOLE") or "0").strip().lower() \
+        in ("1", "on", "yes", "true")
+
+
 def recipe():
     """The build recipe (compiler, flags, ISA, vector math, identity);
-    raises NativeBuildError when no working C compiler is found."""
+    raises NativeBuildError when no working C compiler is found.  The
+    identity (part of every native cache key) also says whether whole-graph
+    functions are off."""
     rec = _probe()
     why = _broken.get(rec["identity"])
     if why is not None:
         raise build_error()(why)
+    if not whole_enabled():
+        rec = dict(rec, identity=rec["identity"] + " | whole=off")
     return rec
 
 
@@ -128,7 +140,7 @@ def available():
 def mark_broken(rec, why):
     """A build with this recipe failed: later builds in this process use
     the NumPy target instead of failing again."""
-    _broken[rec["identity"]] = why
+    _broken[rec["identity"].replace(" | whole=off", "")] = why
 
 
 def fallback_notice(why):
