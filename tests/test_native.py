@@ -67,7 +67,7 @@ def test_native_target_matches_numpy_target(name, transform, dtype, whole, monke
 @pytest.mark.parametrize("whole", ["1", "0"])
 def test_w2_is_one_c_kernel_with_fused_pairwise_sum(whole, monkeypatch):
     # "1": the graph is one C function calling its one kernel; "0": the
-    # driver calls the kernel (TRACEGRAD_NATIVE_WHOLE=0, the default)
+    # driver calls the kernel (TRACEGRAD_NATIVE_WHOLE=0)
     monkeypatch.setenv("TRACEGRAD_NATIVE_WHOLE", whole)
     x = np.linspace(-1, 2, 10000)
     low = tg.value_and_grad(w2, argnums=(0, 1), backend="native").lower(x, x)
@@ -353,7 +353,7 @@ def test_a_sum_read_by_its_own_kernel_is_not_fused_into_it(monkeypatch):
 
 
 # --- whole graphs as one C function (loops as C loops) ----------------------------------------
-# Opt-in for now (TRACEGRAD_NATIVE_WHOLE=1).
+# On by default (TRACEGRAD_NATIVE_WHOLE=0 turns them off).
 
 def _miss(v0, n):
     x = np.zeros(3)

@@ -102,10 +102,10 @@ def _probe():
 
 def whole_enabled():
     """Does a graph whose every node has a C form become one C function?
-    Opt-in for now (``TRACEGRAD_NATIVE_WHOLE=1``); otherwise every graph
-    keeps the driver with a C kernel per fused group."""
-    return (os.environ.get("TRACEGRAD_NATIVE_WHOLE") or "0").strip().lower() \
-        in ("1", "on", "yes", "true")
+    On by default; ``TRACEGRAD_NATIVE_WHOLE=0`` keeps every graph in the
+    driver structure with a C kernel per fused group."""
+    return (os.environ.get("TRACEGRAD_NATIVE_WHOLE") or "1").strip().lower() \
+        not in ("0", "off", "no", "false")
 
 
 def recipe():
