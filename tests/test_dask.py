@@ -166,6 +166,27 @@ def test_mlp_matches_single_machine(engine, data):
     assert g[0][1, 2] == pytest.approx(fd, rel=1e-6)
 
 
+def test_mean_over_the_batch_axis_divides_by_all_rows(engine, data):
+    """A mean over the rows only (other axes kept), with the rows on axis 0
+    or axis 1 and uneven chunks: divided by all the rows, not per chunk."""
+    x, w = data["x"], data["w"]
+    means = tg.compile(lambda x: np.mean(x, axis=0))(chunked(x))
+    assert isinstance(means, np.ndarray) and means.shape == (D,)
+    np.testing.assert_allclose(means, x.mean(axis=0), rtol=RTOL)
+    # averaging the chunks' own means would be wrong here: the chunks differ in size
+    starts = np.cumsum((0,) + UNEVEN[:-1])
+    per_chunk = np.mean([x[a:a + n].mean(axis=0) for a, n in zip(starts, UNEVEN)], axis=0)
+    assert not np.allclose(per_chunk, x.mean(axis=0), rtol=1e-6)
+
+    def second_moments(w, xt):                 # xt: features x rows
+        return np.sum(w * np.mean(xt ** 2, axis=1))
+
+    xt = da.from_array(np.ascontiguousarray(x.T), chunks=(D, UNEVEN))
+    v, g = tg.value_and_grad(second_moments)(w, xt)
+    np.testing.assert_allclose(v, w @ np.mean(x ** 2, axis=0), rtol=RTOL)
+    np.testing.assert_allclose(g, np.mean(x ** 2, axis=0), rtol=RTOL)
+
+
 def test_rows_along_axis_one_and_argnums(data):
     """The rows may be axis 1 (the chunked axis); argnums picks the parameter."""
     with dask.config.set(scheduler="threads"):
@@ -237,7 +258,7 @@ def test_task_graph_one_task_per_chunk_one_payload_tree_sum(monkeypatch, data):
     names = [k[0] if isinstance(k, tuple) else k for k in graph]
     count = {p: sum(1 for n in names if n.startswith(p)) for p in ("_Payload", "_chunk_task",
                                                                    "_add")}
-    assert count == {"_Payload": 1, "_chunk_task": 11, "_add": 4}   # 11 -> 3 -> 1
+    assert count == {"_Payload": 1, "_chunk_task": 11, "_add": 3}   # 11 -> 2 -> 1
 
 
 def test_compiled_once_per_chunk_shape(data):
@@ -335,6 +356,79 @@ def test_workers_load_from_their_tracegrad_cache(client, data):
     np.testing.assert_allclose(g, 4 * x.T @ r ** 3, rtol=RTOL)
 
 
+def test_on_the_cluster_one_task_per_chunk_and_one_payload(client, data):
+    """What the scheduler runs: one task per chunk, the parameters and the
+    programs as one task of the graph, the additions of the tree sum."""
+    from distributed import get_task_stream
+    x, y, w = data["x"], data["y"], data["w"]
+    with get_task_stream(client) as ts:
+        v, g = tg.value_and_grad(least_squares)(w, chunked(x, 100), chunked(y, 100))
+    keys = {str(r["key"]) for r in ts.data}
+    count = {p: sum(1 for k in keys if k.startswith(p)) for p in ("_Payload", "_chunk_task",
+                                                                  "_add")}
+    assert count == {"_Payload": 1, "_chunk_task": 11, "_add": 3}
+    rv, rg = ref_least_squares(w, x, y)
+    np.testing.assert_allclose(v, rv, rtol=RTOL)
+    np.testing.assert_allclose(g, rg, rtol=RTOL, atol=1e-13)
+
+
+def _use_cache_folder(folder, dask_worker=None):
+    """On a worker: switch its tracegrad cache folder (None: back to what it
+    had) and forget what it has in memory."""
+    import tracegrad
+    if not hasattr(dask_worker, "_tg_old_cache"):
+        dask_worker._tg_old_cache = os.environ.get("TRACEGRAD_CACHE_DIR")
+    if folder is None:
+        folder = dask_worker._tg_old_cache
+    else:
+        folder = os.path.join(folder, f"worker-{dask_worker.name}")
+    if folder is None:
+        os.environ.pop("TRACEGRAD_CACHE_DIR", None)
+    else:
+        os.environ["TRACEGRAD_CACHE_DIR"] = folder
+    tracegrad.clear_cache(memory=True, disk=False)
+
+
+def _cache_info():
+    return __import__("tracegrad").cache_info()
+
+
+def test_workers_with_their_own_cache_folders_store_the_source_once(client, data, tmp_path):
+    """Workers on other machines share no disk with the client: a worker
+    stores the source it is sent in its own cache on the first call, and
+    loads it from there later (here: after forgetting its memory)."""
+    import cloudpickle
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    x, y, w = data["x"][:1000], data["y"][:1000], data["w"]
+
+    def loss(w, x, y):
+        return np.sum(np.cosh(x @ w - y))
+
+    X, Y = chunked(x, 250), chunked(y, 250)            # one chunk shape
+    client.run(_use_cache_folder, str(tmp_path))
+    try:
+        v, g = tg.value_and_grad(loss)(w, X, Y)
+        first = client.run(_cache_info)
+        names = client.run(lambda dask_worker: dask_worker.name)
+        stored = {a: i["disk_entries"] for a, i in first.items()}
+        for a, i in first.items():
+            assert i["cache_dir"] == str(tmp_path / f"worker-{names[a]}")
+            assert i["disk_entries"] == i["compiles"] <= 1      # the source sent, stored once
+        assert sum(stored.values()) >= 1
+        client.run(lambda: __import__("tracegrad").clear_cache(memory=True, disk=False))
+        v2, g2 = tg.value_and_grad(loss)(w, X, Y)
+        second = client.run(_cache_info)
+        for a, i in second.items():
+            if stored[a]:
+                assert i["compiles"] == 0 and i["disk_hits"] >= 1
+    finally:
+        client.run(_use_cache_folder, None)
+    r = x @ w - y
+    for vv, gg in ((v, g), (v2, g2)):
+        np.testing.assert_allclose(vv, np.sum(np.cosh(r)), rtol=RTOL)
+        np.testing.assert_allclose(gg, x.T @ np.sinh(r), rtol=RTOL)
+
+
 def _slow_rows(block):
     time.sleep(0.4)
     return block
@@ -374,6 +468,54 @@ def test_import_tracegrad_does_not_import_dask():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
+
+
+def test_without_a_client_the_threaded_scheduler_runs_it():
+    """No Client, no configuration: the chunks run in this process, on the
+    threads of Dask's threaded scheduler."""
+    code = ("import os, threading, numpy as np, dask.array as da, tracegrad as tg\n"
+            "seen = set()\n"
+            "def where(b):\n"
+            "    seen.add((os.getpid(), threading.current_thread().name))\n"
+            "    return b\n"
+            "x = np.arange(80.0).reshape(40, 2)\n"
+            "X = da.from_array(x, chunks=(5, 2)).map_blocks(where, dtype=x.dtype)\n"
+            "g = tg.grad(lambda w, x: np.sum(x @ w))(np.ones(2), X)\n"
+            "assert np.allclose(g, x.sum(axis=0)), g\n"
+            "assert {p for p, _ in seen} == {os.getpid()}, seen\n"
+            "print(sorted({n.split('_')[0] for _, n in seen}))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "ThreadPoolExecutor-0" in r.stdout
+
+
+def test_without_dask_this_file_skips_and_tracegrad_works(tmp_path):
+    """With dask not importable, tracegrad works as before and these tests
+    skip rather than fail."""
+    code = ("import sys\n"
+            "sys.modules['dask'] = sys.modules['distributed'] = None   # not importable\n"
+            "import numpy as np, pytest, tracegrad as tg\n"
+            "assert tg.grad(lambda w: np.sum(w ** 2))(np.ones(3)).tolist() == [2.0] * 3\n"
+            f"sys.exit(pytest.main(['-q', '-rs', '-p', 'no:cacheprovider', {__file__!r}]))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, cwd=str(tmp_path))
+    # a module skipped as a whole leaves no test collected: pytest's exit code 5
+    assert r.returncode == pytest.ExitCode.NO_TESTS_COLLECTED, r.stdout + r.stderr
+    assert "1 skipped" in r.stdout and "could not import 'dask" in r.stdout, r.stdout
+
+
+def test_unaligned_blocks_are_copied_before_the_chunk_program():
+    """dask.distributed may deliver a block at an odd address; NumPy's BLAS
+    path needs aligned data, so such a block is copied, others are not."""
+    from tracegrad.distributed import _aligned
+    buf = np.zeros(8 * 12 + 1, dtype=np.uint8)
+    odd = np.frombuffer(buf.data, dtype=np.float64, count=12, offset=1).reshape(6, 2)
+    assert not odd.flags.aligned
+    fixed = _aligned(odd)
+    assert fixed.flags.aligned and fixed.flags.c_contiguous
+    np.testing.assert_array_equal(fixed, odd)
+    ok = np.ones((6, 2))
+    assert _aligned(ok) is ok
 
 
 def test_example_dask_fit_small(tmp_path):
