@@ -330,7 +330,13 @@ def _process_time(code, env, repeats=5):
 
 
 def w5():
-    base_env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    # Python's own bytecode cache on, as after a pip install (some shells set
+    # PYTHONDONTWRITEBYTECODE: every start would then recompile tracegrad's
+    # modules from source); one start first writes it.
+    base_env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    base_env["OPENBLAS_NUM_THREADS"] = "1"
+    with tempfile.TemporaryDirectory() as d:
+        _process_time(W5_SCRIPT, dict(base_env, TRACEGRAD_CACHE_DIR=d), repeats=1)
     numpy_t = _process_time(W5_NUMPY, base_env)
     cold = []
     for _ in range(3):
