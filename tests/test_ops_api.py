@@ -612,3 +612,18 @@ def test_shape_errors_name_the_shapes():
         np.linalg.solve(tg.tensor(np.eye(3)), tg.tensor(rand(4)))
     with pytest.raises(ValueError, match="could not be broadcast"):
         a + tg.tensor(rand(3))
+
+
+def test_elementwise_result_dtypes_follow_numpy_with_weak_python_scalars():
+    # the shape rule remembers dtypes per operand dtypes: each combination
+    # must still get NumPy's own answer, a Python int's range included
+    from tracegrad.primitives import Aval
+    from tracegrad.ops.base import add_p
+    f32, f64, i8, u8 = (Aval((3,), np.dtype(t)) for t in ("f4", "f8", "i1", "u1"))
+    for args, want in [((f32, 1.5), "f4"), ((f32, f64), "f8"), ((i8, 1.5), "f8"),
+                       ((u8, 3), "u1"), ((i8, u8), "i2"), ((f32, np.float64(2.0)), "f8"),
+                       ((f32, np.ones(2, "f8")), "f8"), ((u8, True), "u1")]:
+        for _ in range(2):      # computed, then remembered
+            assert add_p.shape(*args).dtype == np.dtype(want), (args, want)
+    with pytest.raises(OverflowError):
+        add_p.shape(u8, 300)    # out of range for uint8, as NumPy says

@@ -180,7 +180,17 @@ def aval_of(x) -> Aval:
 
 
 def broadcast_shapes(*shapes):
-    return tuple(np.broadcast_shapes(*shapes))
+    """np.broadcast_shapes, in plain Python for the common cases (tracing
+    calls it for every elementwise op); NumPy's own raises the errors."""
+    ndim = max(map(len, shapes), default=0)
+    out = [1] * ndim
+    for s in shapes:
+        for i, d in enumerate(s, ndim - len(s)):
+            if d != 1:
+                if out[i] != 1 and out[i] != d:
+                    return tuple(np.broadcast_shapes(*shapes))   # NumPy's error
+                out[i] = d
+    return tuple(out)
 
 
 def result_dtype(*operands):

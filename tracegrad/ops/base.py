@@ -21,13 +21,43 @@ def _dummy(a):
     return a
 
 
+def _dtype_key(a):
+    """What the result dtype of an elementwise op depends on, for one
+    operand: an array's dtype, a Python scalar's type (a Python int's value
+    too: NumPy refuses one out of range for the other operand's dtype); None
+    when unknown (no caching)."""
+    if isinstance(a, Aval):
+        return a.dtype
+    t = type(a)
+    if t is int:
+        return (t, a)
+    if t in (float, bool, complex):
+        return t
+    if isinstance(a, (np.ndarray, np.generic)):
+        return (t is np.ndarray, a.dtype)
+    return None
+
+
 def elementwise_shape(prim_impl):
     """Shape rule of an elementwise op: broadcast shapes; dtype by asking
-    NumPy on 0-d stand-ins (Python scalars stay weak)."""
+    NumPy on 0-d stand-ins (Python scalars stay weak), remembered per
+    operand dtypes (tracing a long loop asks the same question each step)."""
+    dtypes = {}
+
     def rule(*avals, **attrs):
         shapes = [a.shape for a in avals if isinstance(a, Aval)]
-        with np.errstate(all="ignore"):
-            dtype = np.asarray(prim_impl(np, *[_dummy(a) for a in avals], **attrs)).dtype
+        key = tuple(map(_dtype_key, avals))
+        try:
+            # (identity test: a dtype compares equal to None, np.dtype(None) being float64)
+            key = None if any(k is None for k in key) else (key, tuple(sorted(attrs.items())))
+            dtype = dtypes.get(key) if key is not None else None
+        except TypeError:      # an unhashable attribute
+            key = dtype = None
+        if dtype is None:
+            with np.errstate(all="ignore"):
+                dtype = np.asarray(prim_impl(np, *[_dummy(a) for a in avals], **attrs)).dtype
+            if key is not None and len(dtypes) < 4096:
+                dtypes[key] = dtype
         return Aval(broadcast_shapes(*shapes), dtype)
     return rule
 
