@@ -584,3 +584,27 @@ def test_jacobian_of_diagonal_seed_avoids_the_cubic_product():
     eps = 1e-6
     Jfd = np.stack([(f(x + eps * e, W) - f(x - eps * e, W)) / (2 * eps) for e in np.eye(6)], axis=1)
     np.testing.assert_allclose(tg.jacobian(f)(x, W), Jfd, rtol=1e-6, atol=1e-8)
+
+
+def test_topo_order_is_networkx_lexicographical_order():
+    # ir.topo_order walks the adjacency dicts itself (speed); the order must
+    # stay networkx's: creation order (node id) breaks ties
+    import random
+    import networkx as nx
+    from tracegrad import ir
+    rnd = random.Random(3)
+    for _ in range(200):
+        g = nx.MultiDiGraph()
+        ids = rnd.sample(range(1000), rnd.randint(1, 60))
+        g.add_nodes_from(ids)
+        order = ids[:]
+        rnd.shuffle(order)
+        for i, v in enumerate(order):
+            for u in rnd.sample(order[:i], min(i, rnd.randint(0, 3))):
+                for k in range(rnd.randint(1, 2)):
+                    g.add_edge(u, v, key=k, pos=k)
+        assert ir.topo_order(g) == list(nx.lexicographical_topological_sort(g))
+    g.add_edge(order[-1], order[0], key=9, pos=9)
+    if len(order) > 1 and nx.has_path(g, order[0], order[-1]):
+        with pytest.raises(nx.NetworkXUnfeasible):
+            ir.topo_order(g)

@@ -7,6 +7,8 @@ which needs the final statement order, lives in codegen (``plan_buffers``).
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from tracegrad import ir, primitives
@@ -16,8 +18,18 @@ from tracegrad import ir, primitives
 FOLD_MAX_ELEMENTS = 4096
 
 
+_next_ids = weakref.WeakKeyDictionary()    # graph -> the next fresh node id
+
+
 def _new_id(g):
-    return max(g.nodes) + 1 if len(g) else 0
+    """A node id larger than every id in ``g`` (creation order breaks ties in
+    the topological order), remembered per graph: scanning for the maximum
+    at every new node made the passes quadratic in the graph's size."""
+    v = _next_ids.get(g)
+    if v is None or v in g:
+        v = max(g.nodes) + 1 if len(g) else 0
+    _next_ids[g] = v + 1
+    return v
 
 
 def replace_uses(g, old, new):
