@@ -331,3 +331,23 @@ def test_torch_parity_structure_and_saved_values():
                [type(nf[0]).__name__ for nf in theirs.next_functions if nf[0] is not None]
     acc, tacc = (x * 2).grad_fn.next_functions[0][0], (tx * 2).grad_fn.next_functions[0][0]
     assert acc.name() == tacc.name()
+
+
+def test_indexing_nodes_are_named_and_saved_as_torch_does():
+    # torch's values: w[:, 0] is a select along dim 1; w[0, 1] the select
+    # (dim 0, index 1) after another; a slice saves dim, start, end, step
+    w = tg.ones(3, 4, 5, requires_grad=True)
+    for y, dim, index in [(w[:, 0], 1, 0), (w[0], 0, 0), (w[1:, 0], 1, 0), (w[0, 1], 0, 1),
+                          (w[1, :, 2], 1, 2)]:
+        assert y.grad_fn.name() == "SelectBackward0"
+        assert (y.grad_fn._saved_dim, y.grad_fn._saved_index) == (dim, index)
+    for y, want in [(w[:, 1:], (1, 1, (1 << 63) - 1, 1)), (w[1:3], (0, 1, 3, 1)),
+                    (w[:, 1:3:2], (1, 1, 3, 2))]:
+        g = y.grad_fn
+        assert g.name() == "SliceBackward0"
+        assert (g._saved_dim, g._saved_start, g._saved_end, g._saved_step) == want
+        assert g._saved_self_sym_sizes == (3, 4, 5)
+    (w[:, 1] * 2).sum().backward()
+    expected = np.zeros((3, 4, 5))
+    expected[:, 1] = 2
+    np.testing.assert_array_equal(w.grad.numpy(), expected)

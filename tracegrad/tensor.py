@@ -1102,10 +1102,26 @@ def _transpose_node(node, m):
 
 
 def _getitem_node(node, m):
-    kinds = {k[0] for k in node.attrs["index"]}
-    if kinds <= {"i"} and len(node.attrs["index"]) == 1:
-        return "SelectBackward0", {"dim": ("const", 0), "index": ("const", node.attrs["index"][0][1]),
+    index = node.attrs["index"]
+    kinds = {k[0] for k in index}
+    ints = [d for d, k in enumerate(index) if k[0] == "i"]
+    if kinds <= {"i", "s"} and ints:
+        # x[0], x[:, 0], x[1:, 0], x[0, 1]: torch's last view op is a select
+        # (the views before it are part of this one node); its dim counts the
+        # dimensions the earlier selects removed
+        d = ints[-1]
+        return "SelectBackward0", {"dim": ("const", d - (len(ints) - 1)),
+                                   "index": ("const", index[d][1]),
                                    "self_sym_sizes": ("sizes", 0)}
+    cut = [d for d, k in enumerate(index) if k[0] == "s" and k[1:] != (None, None, None)]
+    if kinds <= {"s"} and len(cut) == 1:
+        # x[:, 1:]: one slice along one dimension, with torch's saved values
+        # (an open end is INT64_MAX, as torch stores it)
+        d = cut[0]
+        start, stop, step = index[d][1:]
+        return "SliceBackward0", {"dim": ("const", d), "start": ("const", start or 0),
+                                  "end": ("const", (1 << 63) - 1 if stop is None else stop),
+                                  "step": ("const", step or 1), "self_sym_sizes": ("sizes", 0)}
     if kinds <= {"s", "e", "n"}:
         return "SliceBackward0", {"self_sym_sizes": ("sizes", 0)}
     return "IndexBackward0", {"self_sym_sizes": ("sizes", 0)}
@@ -1168,7 +1184,8 @@ def _specialize(node):
 # every name a _saved_ attribute of _TORCH_NODES or _generic_node may have
 _SAVED_NAMES = ("self", "other", "result", "exponent", "alpha", "mat2", "vec", "tensor",
                 "self_sym_sizes", "self_sym_strides", "mat2_sym_sizes", "mat2_sym_strides",
-                "dim", "keepdim", "dim0", "dim1", "dims", "index", "condition")
+                "dim", "keepdim", "dim0", "dim1", "dims", "index", "condition",
+                "start", "end", "step")
 
 
 def _saved_property(key, raw):
