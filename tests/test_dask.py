@@ -200,6 +200,22 @@ def test_rows_along_axis_one_and_argnums(data):
         np.testing.assert_allclose(g, 2 * x.T @ (x @ w - y), rtol=RTOL)
 
 
+def test_special_functions_work_row_by_row(data):
+    # elementwise special functions without a C expression (erfinv, the
+    # incomplete gamma function) are per-row terms like any ufunc
+    from tracegrad.scipy import special
+    with dask.config.set(scheduler="threads"):
+        x, y, w = data["x"], data["y"], data["w"]
+
+        def loss(w, x, y):
+            p = 0.5 + 0.4 * np.tanh(x @ w)          # in (0.1, 0.9)
+            return np.sum(special.erfinv(p) * y) + np.mean(special.gammaincc(2.0, p + 1.0))
+        v, g = tg.value_and_grad(loss)(w, chunked(x, 400), chunked(y, 400))
+        v_ref, g_ref = tg.value_and_grad(loss)(w, x, y)
+        np.testing.assert_allclose(v, v_ref, rtol=RTOL)
+        np.testing.assert_allclose(g, g_ref, rtol=RTOL)
+
+
 def test_reshapes_indexing_and_several_outputs(data):
     """A reshape and an index that keep the rows whole are replayed with each
     chunk's row count; tg.compile may return several sums over rows."""

@@ -234,7 +234,7 @@ class _Checker:
         r = len(out_shape)
         prim = primitives.get(op)
         rows = [(u, s) for u, s in zip(ops, st) if s is not None]
-        if prim.elementwise or op in _SAME_SHAPE:
+        if prim.elementwise or getattr(prim.shape, "elementwise", False) or op in _SAME_SHAPE:
             pos = {s + r - len(self.shape(u)) for u, s in rows}
             if len(pos) > 1:
                 self.fail(v, "lines up the rows of dask arguments along different axes",

@@ -59,6 +59,9 @@ def elementwise_shape(prim_impl):
             if key is not None and len(dtypes) < 4096:
                 dtypes[key] = dtype
         return Aval(broadcast_shapes(*shapes), dtype)
+    # an elementwise function, even without a C expression (the special
+    # functions): tracegrad.distributed lets such ops work row by row
+    rule.elementwise = True
     return rule
 
 
