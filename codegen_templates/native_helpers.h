@@ -67,6 +67,26 @@ TG_FLOAT_DIVMOD(double, f64, fmod, floor, copysign)
 // sums), so the rounding error grows like NumPy's pairwise sum, not like a
 // sequential one.
 #define TG_BLOCK 256LL
+// Threaded kernels: TG_NUM_THREADS (set by the recipe with -fopenmp), blocks
+// of TG_PBLOCK elements for plain elementwise loops, rounds of TG_ROUND
+// blocks of TG_BLOCK for loops with fused sums.
+#ifndef TG_NUM_THREADS
+#define TG_NUM_THREADS 1
+#endif
+// GNU OpenMP's threads do not survive fork(): a child process that entered a
+// parallel region would wait for them forever, so after a fork the child runs
+// every kernel on its calling thread (the parallel regions' if clause).
+static int tg_forked = 0;
+#ifdef _OPENMP
+#include <pthread.h>
+static void tg_after_fork_child(void) { tg_forked = 1; }
+__attribute__((constructor)) static void tg_register_fork(void)
+{
+    pthread_atfork(NULL, NULL, tg_after_fork_child);
+}
+#endif
+#define TG_PBLOCK 2048LL
+#define TG_ROUND 1024LL
 #define TG_PAIRWISE(T, N) \
 typedef struct { T s[64]; int level[64]; int n; } tg_pw_##N; \
 static inline void tg_pw_push_##N(tg_pw_##N* p, T x) { \

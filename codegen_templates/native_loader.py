@@ -9,7 +9,11 @@
 # arithmetic (no -ffast-math; -fno-math-errno and -fno-trapping-math change
 # no result), glibc's vector math (libmvec) through `#pragma omp simd`,
 # -fopenmp-simd and `__attribute__((simd))` declarations where glibc has
-# the function, scalar libm elsewhere or when asked (TRACEGRAD_NATIVE_MATH=scalar).
+# the function, scalar libm elsewhere or when asked (TRACEGRAD_NATIVE_MATH=scalar);
+# threads (TRACEGRAD_NUM_THREADS, default 2 where the process may use 2 cores):
+# -fopenmp -DTG_NUM_THREADS=n where the compiler builds and loads an OpenMP
+# probe, else one thread (the `omp parallel` pragmas of large kernels are then
+# ignored and the same loops run on the calling thread).
 # load_library(): the shared object beside the module (written by atomic
 # rename, so concurrent processes see a complete object or none), built on
 # first use, and refused when another user owns it or others can write it.
@@ -146,7 +150,63 @@ def vector_math_decls(funcs):
     return "\n".join(out)
 
 
-def recipe(cc=None, math=None):
+_PROBE_OMP = r"""
+int tg_probe_omp(const double* __restrict__ a, double* __restrict__ b, long long n) {
+#pragma omp parallel for schedule(static) num_threads(2)
+    for (long long i = 0; i < n; i++) b[i] = a[i] * 2.0;
+#ifdef _OPENMP
+    return 1;
+#else
+    return 0;
+#endif
+}
+"""
+
+
+def _cores():
+    try:
+        return len(_os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return _os.cpu_count() or 1
+
+
+def num_threads(value=None):
+    """The thread count of large kernels: ``value``, else TRACEGRAD_NUM_THREADS,
+    else 2 where this process may run on 2 cores or more (1 otherwise)."""
+    v = value if value is not None else _os.environ.get("TRACEGRAD_NUM_THREADS")
+    if v is None or str(v).strip() == "":
+        return min(2, _cores())
+    try:
+        n = int(str(v).strip())
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise NativeBuildError(f"TRACEGRAD_NUM_THREADS must be a positive integer, got {v!r}")
+    return n
+
+
+def _openmp(cmd, flags, libs):
+    """Does the compiler build (and the dynamic loader load) an OpenMP object?"""
+    d = _tempfile.mkdtemp(prefix="tracegrad-probe-")
+    try:
+        src = _os.path.join(d, "omp.c")
+        so = _os.path.join(d, "omp.so")
+        with open(src, "w") as f:
+            f.write(_PROBE_OMP)
+        _run_compiler(cmd + list(flags) + ["-fopenmp", src, "-o", so] + list(libs),
+                      "on an OpenMP probe file")
+        lib = _ctypes.CDLL(so)
+        fn = lib.tg_probe_omp
+        fn.restype = _ctypes.c_int
+        fn.argtypes = [_ctypes.c_void_p, _ctypes.c_void_p, _ctypes.c_longlong]
+        return fn(None, None, 0) == 1
+    except (NativeBuildError, OSError):
+        return False
+    finally:
+        _shutil.rmtree(d, ignore_errors=True)
+
+
+def recipe(cc=None, math=None, threads=None):
     """The build recipe for this machine: a dict with the compiler command,
     flags, libraries, ISA level, vector-math functions and an identity
     string (every part that changes the object: it belongs in a cache key).
@@ -156,7 +216,8 @@ def recipe(cc=None, math=None):
     if math not in ("vector", "scalar"):
         raise NativeBuildError(f"TRACEGRAD_NATIVE_MATH must be 'vector' or 'scalar', "
                                f"got {math!r}")
-    key = (cc, math, _os.environ.get("PATH", ""))
+    threads = num_threads(threads)
+    key = (cc, math, threads, _os.environ.get("PATH", ""))
     if key in _recipes:
         r = _recipes[key]
         if isinstance(r, NativeBuildError):
@@ -196,7 +257,15 @@ def recipe(cc=None, math=None):
             finally:
                 _shutil.rmtree(d, ignore_errors=True)
         inc = _python_include(cmd, flags, libs)
+        openmp = "none"
+        if threads > 1:
+            if _openmp(cmd, flags, libs):
+                openmp = "-fopenmp"
+                flags = flags + ["-fopenmp", f"-DTG_NUM_THREADS={threads}"]
+            else:
+                threads = 1      # no OpenMP: one thread, no error
         r = {"cc": cmd, "flags": flags, "libs": libs, "isa": isa, "math": math,
+             "threads": threads, "openmp": openmp,
              "vector_math": list(funcs), "compiler": ident, "glibc": glibc,
              "python": f"{_sys.implementation.cache_tag} {_sysconfig.get_config_var('SOABI')}",
              "entry": "python" if inc else "ctypes", "python_include": inc}

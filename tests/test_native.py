@@ -481,3 +481,151 @@ def test_whole_function_takes_arrays_as_they_come_and_converts_the_rest(whole_on
     if ns["_ENTRY"] == "python":
         with pytest.raises(TypeError, match="element type 'l'"):
             ns["_tg_whole"](np.arange(16), np.empty(()), np.empty(16))
+
+
+# --- threads (TRACEGRAD_NUM_THREADS) for large kernels --------------------------------------
+
+def _c_source(fn, *args):
+    ns = {"__name__": "native_threads_test"}
+    exec(compile(fn.lower(*args).source, "<native>", "exec"), ns)
+    return ns["C_SOURCE"]
+
+
+def _have_openmp():
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRACEGRAD_NUM_THREADS", "2")
+        return codegen_c.recipe()["threads"] == 2
+
+
+@needs_cc
+@pytest.mark.parametrize("whole", ["1", "0"])
+def test_threads_on_and_off_match_the_numpy_target(whole, monkeypatch):
+    monkeypatch.setenv("TRACEGRAD_NATIVE_WHOLE", whole)
+    n = 3 * codegen_c.PARALLEL_MIN + 17           # threaded, with a partial last block
+    x, y = np.linspace(-1.0, 2.0, n), np.linspace(-2.0, 1.0, n)
+    want = tg.value_and_grad(w2, argnums=(0, 1))(x, y)
+    want32 = tg.value_and_grad(w2, argnums=(0, 1))(x.astype(np.float32), y.astype(np.float32))
+    got = {}
+    for threads in ("1", "2"):
+        monkeypatch.setenv("TRACEGRAD_NUM_THREADS", threads)
+        f = tg.value_and_grad(w2, argnums=(0, 1), backend="native")
+        got[threads] = f(x, y)
+        assert tg.cache_info()["target"] == "native"
+        assert codegen_c.recipe()["threads"] == (int(threads) if _have_openmp() else 1)
+        assert "\n#pragma omp parallel num_threads(TG_NUM_THREADS)" in _c_source(f, x, y)
+        _assert_close(got[threads], want, np.float64)
+        # the same thread count gives the same bits (block sums in block order)
+        again = f(x, y)
+        for a, b in zip(_leaves(again), _leaves(got[threads])):
+            np.testing.assert_array_equal(a, b)
+        _assert_close(f(x.astype(np.float32), y.astype(np.float32)), want32, np.float32)
+        # an elementwise kernel without a sum
+        g = tg.compile(lambda x, y: np.tanh(x) * y + 1.0, backend="native")
+        np.testing.assert_allclose(g(x, y), np.tanh(x) * y + 1.0, rtol=1e-12)
+    _assert_close(got["2"], got["1"], np.float64)
+
+
+@needs_cc
+def test_thread_count_is_part_of_the_recipe_identity(monkeypatch):
+    if not _have_openmp():
+        pytest.skip("the C compiler has no OpenMP")
+    recs = {}
+    for threads in ("1", "2", "3"):
+        monkeypatch.setenv("TRACEGRAD_NUM_THREADS", threads)
+        recs[threads] = codegen_c.recipe()
+    assert len({r["identity"] for r in recs.values()}) == 3
+    assert "threads=1" in recs["1"]["identity"] and "openmp=none" in recs["1"]["identity"]
+    assert "-fopenmp" not in recs["1"]["flags"]
+    assert "threads=2" in recs["2"]["identity"] and "openmp=-fopenmp" in recs["2"]["identity"]
+    assert "-fopenmp" in recs["2"]["flags"] and "-DTG_NUM_THREADS=2" in recs["2"]["flags"]
+    # the key of a native entry changes with it
+    from tracegrad import pipeline
+    keys = set()
+    for threads in ("1", "2"):
+        monkeypatch.setenv("TRACEGRAD_NUM_THREADS", threads)
+        keys.add(pipeline.native_parts({"backend": "native"})["native"])
+    assert len(keys) == 2
+
+
+@needs_cc
+def test_default_thread_count_and_a_bad_setting(monkeypatch, caplog):
+    monkeypatch.delenv("TRACEGRAD_NUM_THREADS", raising=False)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    want = min(2, cores) if _have_openmp() else 1
+    assert codegen_c.recipe()["threads"] == want
+    monkeypatch.setenv("TRACEGRAD_NUM_THREADS", "two")
+    with caplog.at_level(logging.WARNING, logger="tracegrad.native"):
+        out = tg.compile(lambda x: np.exp(x) * 3, backend="native")(np.ones(3))
+    np.testing.assert_allclose(out, 3 * np.e)
+    assert tg.cache_info()["target"] == "numpy"
+    assert any("TRACEGRAD_NUM_THREADS" in r.getMessage() for r in caplog.records)
+
+
+@needs_cc
+def test_small_kernels_stay_single_threaded(monkeypatch):
+    monkeypatch.setenv("TRACEGRAD_NUM_THREADS", "2")
+    par = "\n#pragma omp parallel"
+    for whole in ("1", "0"):
+        monkeypatch.setenv("TRACEGRAD_NATIVE_WHOLE", whole)
+        f = tg.value_and_grad(w2, argnums=(0, 1), backend="native")
+        small = np.linspace(-1.0, 2.0, 1000)
+        src = _c_source(f, small, small)
+        assert par not in src and "#pragma omp simd reduction(+:" in src
+        np.testing.assert_allclose(f(small, small)[0], tg.value_and_grad(w2)(small, small)[0],
+                                   rtol=1e-12)
+        # between the two thresholds: threaded only where the loop calls math
+        n = (codegen_c.PARALLEL_MIN + codegen_c.PARALLEL_MIN_MATH) // 2
+        mid = np.linspace(-1.0, 1.0, n)
+        assert par in _c_source(tg.compile(lambda x: np.sin(x) * 2, backend="native"), mid)
+        assert par not in _c_source(tg.compile(lambda x: x * 2 + 1, backend="native"), mid)
+        big = np.linspace(-1.0, 1.0, codegen_c.PARALLEL_MIN)
+        assert par in _c_source(tg.compile(lambda x: x * 2 + 1, backend="native"), big)
+
+
+@needs_cc
+def test_compiler_without_openmp_falls_back_to_one_thread(tmp_path, monkeypatch, caplog):
+    real = os.environ.get("CC") or "cc"
+    fake = tmp_path / "noompcc"
+    fake.write_text("#!/bin/sh\n"
+                    "for a in \"$@\"; do\n"
+                    "  case \"$a\" in -fopenmp) echo \"noompcc: error: unsupported option "
+                    "'-fopenmp'\" >&2; exit 1;; esac\n"
+                    "done\n"
+                    f"exec {real} \"$@\"\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("CC", str(fake))
+    monkeypatch.setenv("TRACEGRAD_NUM_THREADS", "2")
+    with caplog.at_level(logging.WARNING, logger="tracegrad.native"):
+        rec = codegen_c.recipe()
+        n = 2 * codegen_c.PARALLEL_MIN
+        x = np.linspace(-1.0, 2.0, n)
+        f = tg.value_and_grad(w2, argnums=(0, 1), backend="native")
+        got = f(x, x)
+    assert rec["threads"] == 1 and rec["openmp"] == "none" and "-fopenmp" not in rec["flags"]
+    assert tg.cache_info()["target"] == "native"
+    assert not [r for r in caplog.records if "not available" in r.getMessage()]
+    _assert_close(got, tg.value_and_grad(w2, argnums=(0, 1))(x, x), np.float64)
+
+
+@needs_cc
+def test_threaded_kernels_work_in_a_forked_child(tmp_path):
+    if not _have_openmp():
+        pytest.skip("the C compiler has no OpenMP")
+    # GNU OpenMP's threads do not survive fork(): the child runs the kernels
+    # on its own thread instead of waiting for them forever
+    code = textwrap.dedent("""
+        import os, numpy as np, tracegrad as tg
+        f = tg.compile(lambda x: np.sum(np.sin(x) * 2), backend="native")
+        x = np.ones(200_000)
+        want = f(x)
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if f(x) == want else 3)
+        _, status = os.waitpid(pid, 0)
+        print("CHILD", os.waitstatus_to_exitcode(status), tg.cache_info()["target"])
+    """)
+    env = dict(os.environ, TRACEGRAD_NUM_THREADS="2", TRACEGRAD_CACHE="0")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "CHILD 0 native" in r.stdout

@@ -15,6 +15,10 @@ A graph whose every node (loop bodies included) has a C form is instead ONE
 C function (``codegen_c_whole.WholeFunction``): its kernels, sums, copies
 and loops in C, one call from Python per graph call.
 
+Kernels above a size threshold (``threaded``) split their blocks among the
+recipe's threads (``TRACEGRAD_NUM_THREADS``, OpenMP); a fused sum's block
+sums are then added pairwise in block order, as on one thread.
+
 The build recipe (compiler, flags, ISA level, vector math) and the builder
 live in ``codegen_templates/native_loader.py``, pasted into every generated
 module: a module written by ``tracegrad compile --backend native`` builds
@@ -117,11 +121,29 @@ class Function(codegen_cuda.Function):
                                   "source": None})
 
 
+# Kernels of at least PARALLEL_MIN elements (PARALLEL_MIN_MATH where the loop
+# calls a math function: sin, exp, ...) split their loop among the recipe's
+# threads (TRACEGRAD_NUM_THREADS); below that waking a second thread costs
+# more than it saves (measured in docs/native.md, "Threads").
+PARALLEL_MIN = 1 << 15
+PARALLEL_MIN_MATH = 1 << 14
+_CALL_RE = re.compile(r"\b(" + "|".join(_MATH) + r")f?\(")
+
+
+def threaded(kern):
+    """Is this kernel's loop split among threads (when the recipe has them)?"""
+    if kern.n >= PARALLEL_MIN:
+        return True
+    return kern.n >= PARALLEL_MIN_MATH and any(_CALL_RE.search(s["code"] or "")
+                                               for s in kern.body)
+
+
 def c_source(functions, lowered, g_of, rec, header=()):
     kernels, entries, wholes = [], [], []
 
     def kernel_dict(kern, g):
         k = kern.render_dict(g)
+        k["parallel"] = threaded(kern)
         k["args"] = [{"ctype": ct, "bytes": n * _C_SIZES[ct], "writable": int(w),
                       "cast": p.rsplit(" ", 1)[0].replace(" __restrict__", "")}
                      for (ct, n, w), p in zip(kern.param_info, kern.params)]
@@ -146,6 +168,7 @@ def c_source(functions, lowered, g_of, rec, header=()):
     funcs = rec["vector_math"] if rec else []
     return codegen_cuda._jinja().get_template("native_kernels.c.j2").render(
         version=__version__, header=list(header), kernels=kernels, vector_math=funcs,
+        parallel_min=PARALLEL_MIN, parallel_min_math=PARALLEL_MIN_MATH,
         vector_decls=loader["vector_math_decls"](funcs), entries=entries, wholes=wholes)
 
 

@@ -69,6 +69,7 @@ def _memo_key():
         return None
     parts = [cc, os.path.realpath(exe), st.st_size, st.st_mtime_ns,
              (os.environ.get("TRACEGRAD_NATIVE_MATH") or "vector").strip().lower(),
+             os.environ.get("TRACEGRAD_NUM_THREADS"), _loader()["_cores"](),
              platform.machine(), platform.libc_ver(), sys.implementation.cache_tag,
              sys.version, hashlib.sha256(_loader_text().encode()).hexdigest()]
     try:
