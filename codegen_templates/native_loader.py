@@ -10,7 +10,7 @@
 # no result), glibc's vector math (libmvec) through `#pragma omp simd`,
 # -fopenmp-simd and `__attribute__((simd))` declarations where glibc has
 # the function, scalar libm elsewhere or when asked (TRACEGRAD_NATIVE_MATH=scalar);
-# threads (TRACEGRAD_NUM_THREADS, default 2 where the process may use 2 cores):
+# threads (TRACEGRAD_NUM_THREADS, default 1; 2 asks for two threads on large kernels):
 # -fopenmp -DTG_NUM_THREADS=n where the compiler builds and loads an OpenMP
 # probe, else one thread (the `omp parallel` pragmas of large kernels are then
 # ignored and the same loops run on the calling thread).
@@ -172,10 +172,12 @@ def _cores():
 
 def num_threads(value=None):
     """The thread count of large kernels: ``value``, else TRACEGRAD_NUM_THREADS,
-    else 2 where this process may run on 2 cores or more (1 otherwise)."""
+    else 1.  Two threads win on a free core pair and lose when the machine
+    is shared (a kernel waits for its descheduled second thread), so they
+    are asked for, not assumed (docs/native.md, Threads)."""
     v = value if value is not None else _os.environ.get("TRACEGRAD_NUM_THREADS")
     if v is None or str(v).strip() == "":
-        return min(2, _cores())
+        return 1
     try:
         n = int(str(v).strip())
     except ValueError:
