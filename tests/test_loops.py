@@ -624,3 +624,81 @@ def test_checkpoint_rematerialises_a_function():
     np.testing.assert_allclose(tg.checkpoint(block)(x, w), block(x, w), rtol=RTOL)
     with pytest.raises(TypeError, match="checkpoint: expected a function"):
         tg.checkpoint(3)
+
+
+# --- loops over tiny arrays run on Python floats (the NumPy target) ------------------------
+
+def test_a_tiny_state_loop_runs_on_python_floats_bit_for_bit():
+    # +, -, *, /, sqrt and sums are IEEE's in Python as in NumPy, and a sum
+    # adds in NumPy's order: the forward value equals plain NumPy's exactly
+    def f(v0, w):
+        def body(i, s):
+            x, v = s
+            a = -0.1 * v * np.sqrt(np.sum(v * v)) / w + np.array([0., 0., -9.8])
+            v = v + 0.01 * a
+            return (x + 0.01 * v, v)
+        x, v = tg.fori_loop(0, 500, body, (np.zeros(3), v0))
+        return np.sum((x - np.array([10., 0., 0.])) ** 2)
+    w = np.array([1.0, 1.1, 0.9])
+    low = tg.value_and_grad(f, argnums=(0, 1)).lower(V0, w)
+    assert "_floats" in low.source and "try:" in low.source
+    v, (g0, g1) = tg.value_and_grad(f, argnums=(0, 1))(V0, w)
+    assert v == f(V0, w)      # plain NumPy, eagerly: the same bits
+    for i, (a, g) in enumerate(((V0, g0), (w, g1))):
+        fd = _fd_grad(lambda z: f(*[z if j == i else b for j, b in enumerate((V0, w))]), a)
+        np.testing.assert_allclose(g, fd, rtol=1e-6)
+    # reverse mode and the rolled Python loop agree with the unrolled graph
+    import os
+    os.environ["TRACEGRAD_ROLL"] = "0"
+    try:
+        ref = tg.value_and_grad(lambda v: miss_unrolled(v, 200))(V0)
+    finally:
+        del os.environ["TRACEGRAD_ROLL"]
+    got = tg.value_and_grad(miss_unrolled, static_argnums=(1,))(V0, 200)
+    np.testing.assert_allclose(got[0], ref[0], rtol=RTOL)
+    np.testing.assert_allclose(got[1], ref[1], rtol=RTOL)
+
+
+def test_a_float_loop_that_overflows_gives_numpys_inf_and_nan():
+    # math.exp raises where np.exp returns inf: the loop reruns on arrays
+    def f(x):
+        return tg.fori_loop(0, 12, lambda i, c: np.exp(c) - 1.0, x)
+    x = np.array([1.0, -1.0, 0.5])
+    with np.errstate(over="ignore", invalid="ignore"):
+        got = tg.compile(f)(x)
+        ref = x.copy()
+        for _ in range(12):
+            ref = np.exp(ref) - 1.0
+    np.testing.assert_array_equal(got, ref)
+    assert np.isinf(got[0]) and "_floats" in tg.compile(f).lower(x).source
+
+
+def test_scan_with_xs_ys_reverse_and_closures_on_floats():
+    w = np.array([0.5, -0.25])
+
+    def f(c0, xs):
+        def step(c, x):
+            c = c * 0.9 + x * w
+            return c, np.sum(c * c)
+        c, ys = tg.scan(step, c0, xs, reverse=True)
+        return np.sum(c) + np.sum(ys * np.arange(1.0, 6.0))
+    c0, xs = np.array([1.0, 2.0]), np.linspace(-1, 1, 10).reshape(5, 2)
+    assert "_floats" in tg.grad(f, argnums=(0, 1)).lower(c0, xs).source
+
+    def ref(c0, xs):
+        c, ys = c0, [None] * 5
+        for k in range(4, -1, -1):
+            c = c * 0.9 + xs[k] * w
+            ys[k] = np.sum(c * c)
+        return np.sum(c) + np.sum(np.array(ys) * np.arange(1.0, 6.0))
+    assert tg.compile(f)(c0, xs) == ref(c0, xs)
+    g0, g1 = tg.grad(f, argnums=(0, 1))(c0, xs)
+    np.testing.assert_allclose(g0, _fd_grad(lambda z: ref(z, xs), c0), rtol=1e-7)
+    np.testing.assert_allclose(g1, _fd_grad(lambda z: ref(c0, z), xs), rtol=1e-7, atol=1e-9)
+
+
+def test_a_body_reading_its_loop_index_stays_on_arrays():
+    def f(x):
+        return tg.fori_loop(0, 5, lambda i, c: c + 0.5 * i, x)
+    assert "_floats" not in tg.compile(f).lower(np.ones(2)).source
+    np.testing.assert_allclose(tg.compile(f)(np.ones(2)), np.ones(2) + 5.0, rtol=RTOL)

@@ -359,7 +359,201 @@ def _body_function(module, body, kind):
     return name
 
 
+# --- loops over tiny arrays: a body of Python float arithmetic ----------------------------
+# A NumPy call costs about half a microsecond whatever its size, so a loop
+# over a float64[3] state (an ODE step, the projectile of benchmarks/loops.py)
+# spends its time in call overhead.  When every value of a scan body has at
+# most SCALAR_MAX elements, all float64, and every op is one of _SCALAR_OPS,
+# the NumPy target also prints the body as straight-line arithmetic on
+# Python floats and runs the loop on tuples of floats.  +, -, *, / and sqrt
+# are IEEE's, as in NumPy; exp/log/sin/cos/tanh/log1p/expm1 are the C
+# library's (NumPy's own SIMD versions may differ in the last bit); a sum
+# adds in NumPy's order for fewer than 8 elements (0.0 + a0 + a1 + ...).
+# Python raises where NumPy returns inf or nan (math.exp overflow, sqrt or
+# log of a negative, division by zero): the loop then runs again from its
+# start on the array body.
+
+SCALAR_MAX = 7
+_SCALAR_OPS = {
+    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
+    "neg": "(-{0})", "square": "({0} * {0})", "sqrt": "math.sqrt({0})", "exp": "math.exp({0})",
+    "log": "math.log({0})", "sin": "math.sin({0})", "cos": "math.cos({0})",
+    "tanh": "math.tanh({0})", "log1p": "math.log1p({0})", "expm1": "math.expm1({0})",
+}
+_SCALAR_VIEWS = ("reshape", "broadcast_to")
+
+
+def _float_literal(x):
+    x = float(x)
+    return repr(x) if math.isfinite(x) else f"float({str(x)!r})"
+
+
+def _scalar_body(g, name, doc):
+    """The body graph ``g`` as a function of Python floats (one parameter per
+    element of each input, in C order; one result per element of each
+    output), or None when it does not qualify."""
+    f64 = np.dtype(np.float64)
+    inputs = g.graph["inputs"]
+    for v, d in g.nodes(data=True):
+        size = int(np.prod(d["shape"])) if d.get("shape") is not None else None
+        if size is None or size > SCALAR_MAX or d.get("avals") is not None:
+            return None
+        if d["op"] == "input":
+            if d["dtype"] != f64 and g.out_degree(v):
+                return None          # an integer loop index that the body reads
+            continue
+        if d["dtype"] != f64:
+            return None
+        if d["op"] == "const":
+            if np.asarray(d["value"]).dtype.kind not in "fiub":
+                return None
+            continue
+        if d["op"] == "sum":
+            if tuple(d["attrs"]["axis"]) != tuple(range(len(g.nodes[ir.operands(g, v)[0]]["shape"]))):
+                return None
+        elif d["op"] not in _SCALAR_OPS and d["op"] not in _SCALAR_VIEWS:
+            return None
+    elems = {}                      # node -> list of Python expressions, C order
+    params = []
+    for i, v in enumerate(inputs):
+        d = g.nodes[v]
+        names = [f"x{i}_{j}" for j in range(int(np.prod(d["shape"])))]
+        params += names
+        elems[v] = names
+    body = []
+
+    def operand(u, shape):
+        """u's elements broadcast to ``shape``, in C order."""
+        du = g.nodes[u]
+        if du["op"] == "const":
+            vals = [_float_literal(x) for x in np.asarray(du["value"], dtype=np.float64).ravel()]
+            ushape = np.shape(du["value"])
+        else:
+            vals, ushape = elems[u], du["shape"]
+        if tuple(ushape) == tuple(shape):
+            return vals
+        idx = np.broadcast_to(np.arange(len(vals)).reshape(ushape), shape).ravel()
+        return [vals[k] for k in idx]
+
+    def elems_of(u):
+        return operand(u, g.nodes[u]["shape"]) if g.nodes[u]["op"] == "const" else elems[u]
+
+    for v in ir.topo_order(g):
+        d = g.nodes[v]
+        op = d["op"]
+        if op in ("input", "const"):
+            continue
+        ops = ir.operands(g, v)
+        shape = tuple(d["shape"])
+        if op in _SCALAR_VIEWS:
+            elems[v] = operand(ops[0], shape) if op == "broadcast_to" else elems_of(ops[0])
+            continue
+        if op == "sum":
+            src = elems_of(ops[0])
+            exprs = [f"(0.0 + {' + '.join(src)})" if src else "0.0"]
+        else:
+            cols = [operand(u, shape) for u in ops]
+            exprs = [_SCALAR_OPS[op].format(*parts) for parts in zip(*cols)]
+        names = [f"t{v}_{j}" for j in range(len(exprs))]
+        for nm, e in zip(names, exprs):
+            body.append({"code": f"{nm} = {e}", "comment": f"%{v} {op}", "source": None})
+        elems[v] = names
+
+    outs = [x for v in g.graph["outputs"] for x in elems_of(v)]
+    returns = "(" + ", ".join(outs) + ("," if len(outs) == 1 else "") + ")"
+    return {"name": name, "args": params, "doc": doc, "body": body, "returns": returns}
+
+
+class _ScalarFunction:
+    """A scalar loop body in the module's function list (as Lowered)."""
+    def __init__(self, fn):
+        self.name, self.args, self.doc = fn["name"], fn["args"], fn["doc"]
+        self.body, self.returns = fn["body"], fn["returns"]
+
+
+def _scalar_function(module, body, kind):
+    """The name of the scalar version of ``body`` for the NumPy target, or
+    None (another target, or a body that does not qualify)."""
+    if not isinstance(module, Module):
+        return None
+    key = ("scalar", body.key)
+    if key not in module.bodies:
+        from tracegrad import passes
+        g = ir.from_trace(body)
+        passes.optimize(g)
+        name = f"_{kind}_floats{len(module.bodies)}"
+        fn = _scalar_body(g, name, f"{kind} body ({body.key[:12]}) on Python floats")
+        module.bodies[key] = None if fn is None else name
+        if fn is not None:
+            module.needs_math = True
+            module.extra.append(_ScalarFunction(fn))
+    return module.bodies[key]
+
+
+def _scan_scalar_lines(var, args, d, module, fn, array_lines):
+    """The loop on tuples of floats, falling back to ``array_lines`` (the
+    array loop, indented under ``except``) where Python raises."""
+    a = d["attrs"]
+    body, n, nc, nx = a["body"], a["length"], a["n_carry"], a["n_xs"]
+    start = a["start"]
+    in_av = body.in_avals[1:] if start is not None else body.in_avals
+    sizes = [int(np.prod(av.shape)) for av in in_av]
+    c_sizes, x_sizes = sizes[:nc], sizes[nc:nc + nx]
+    n_c = sum(c_sizes)
+    out_av = body.out_avals
+    k = f"_{var}_k"
+    c, r = f"_{var}_fc", f"_{var}_fr"
+    lines = ["try:"]
+    flat = [f"*np.ravel({x}).tolist()" for x in args[:nc]]
+    lines.append(f"    {c} = ({', '.join(flat)}{',' if len(flat) == 1 else ''})")
+    xrows = [f"_{var}_fx{j}" for j in range(nx)]
+    for x, name, m in zip(args[nc:nc + nx], xrows, x_sizes):
+        lines.append(f"    {name} = np.reshape({x}, ({n}, {m})).tolist()")
+    consts = [f"*np.ravel({x}).tolist()" for x in args[nc + nx:]]
+    ys = f"_{var}_fys"
+    n_y = len(out_av) - nc
+    if n_y:
+        lines.append(f"    {ys} = []")
+    rng = f"range({n - 1}, -1, -1)" if a["reverse"] else f"range({n})"
+    lines.append(f"    for {k} in {rng}:")
+    call = ([f"{k}"] if start is not None else []) + [f"*{c}"] + [f"*{x}[{k}]" for x in xrows]
+    if consts:
+        lines.insert(1, f"    _{var}_fk = ({', '.join(consts)},)")
+        call.append(f"*_{var}_fk")
+    lines.append(f"        {r} = {fn}({', '.join(call)})")
+    lines.append(f"        {c} = {r}[:{n_c}]")
+    if n_y:
+        lines.append(f"        {ys}.append({r}[{n_c}:])")
+        if a["reverse"]:
+            lines.append(f"    {ys}.reverse()")
+    res, off = [], 0
+    for j, av in enumerate(out_av[:nc]):
+        m = int(np.prod(av.shape))
+        res.append(f"_{var}_c{j}")
+        lines.append(f"    {res[-1]} = np.array({c}[{off}:{off + m}], dtype=np.float64)"
+                     f".reshape({tuple(av.shape)!r})")
+        off += m
+    off = 0
+    for j, av in enumerate(out_av[nc:]):
+        m = int(np.prod(av.shape))
+        res.append(f"_{var}_y{j}")
+        lines.append(f"    {res[-1]} = np.array([_r[{off}:{off + m}] for _r in {ys}], "
+                     f"dtype=np.float64).reshape({(n,) + tuple(av.shape)!r})")
+        off += m
+    lines.append(f"    {var} = ({', '.join(res)}{',' if len(res) == 1 else ''})")
+    lines.append("except (ArithmeticError, ValueError):   # inf or nan: NumPy's arrays say it")
+    lines += ["    " + line for line in array_lines]
+    return lines
+
+
 def _scan_lines(var, args, d, module):
+    lines = _scan_array_lines(var, args, d, module)
+    a = d["attrs"]
+    fn = _scalar_function(module, a["body"], "scan_body")
+    return lines if fn is None else _scan_scalar_lines(var, args, d, module, fn, lines)
+
+
+def _scan_array_lines(var, args, d, module):
     a = d["attrs"]
     body, n, nc, nx = a["body"], a["length"], a["n_carry"], a["n_xs"]
     start = a["start"]
