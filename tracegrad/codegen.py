@@ -506,26 +506,33 @@ def _scan_scalar_lines(var, args, d, module, fn, array_lines):
     lines = ["try:"]
     flat = [f"*np.ravel({x}).tolist()" for x in args[:nc]]
     lines.append(f"    {c} = ({', '.join(flat)}{',' if len(flat) == 1 else ''})")
+    # per-step inputs and outputs live in flat array('d') buffers: 8 bytes a
+    # float (a list of tuples of floats takes about 30)
+    module.needs_array = True
     xrows = [f"_{var}_fx{j}" for j in range(nx)]
-    for x, name, m in zip(args[nc:nc + nx], xrows, x_sizes):
-        lines.append(f"    {name} = np.reshape({x}, ({n}, {m})).tolist()")
+    for x, name in zip(args[nc:nc + nx], xrows):
+        lines.append(f"    {name} = array.array('d', np.ravel({x}).tobytes())")
     consts = [f"*np.ravel({x}).tolist()" for x in args[nc + nx:]]
     ys = f"_{var}_fys"
     n_y = len(out_av) - nc
     if n_y:
-        lines.append(f"    {ys} = []")
+        lines.append(f"    {ys} = array.array('d')")
     rng = f"range({n - 1}, -1, -1)" if a["reverse"] else f"range({n})"
     lines.append(f"    for {k} in {rng}:")
-    call = ([f"{k}"] if start is not None else []) + [f"*{c}"] + [f"*{x}[{k}]" for x in xrows]
+    call = ([f"{k}"] if start is not None else []) + [f"*{c}"] + [
+        f"*{x}[{k} * {m}:{k} * {m} + {m}]" for x, m in zip(xrows, x_sizes)]
     if consts:
         lines.insert(1, f"    _{var}_fk = ({', '.join(consts)},)")
         call.append(f"*_{var}_fk")
     lines.append(f"        {r} = {fn}({', '.join(call)})")
     lines.append(f"        {c} = {r}[:{n_c}]")
     if n_y:
-        lines.append(f"        {ys}.append({r}[{n_c}:])")
-        if a["reverse"]:
-            lines.append(f"    {ys}.reverse()")
+        lines.append(f"        {ys}.extend({r}[{n_c}:])")
+    m_y = sum(int(np.prod(av.shape)) for av in out_av[nc:])
+    if n_y:
+        lines.append(f"    _{var}_fy = np.frombuffer({ys}, dtype=np.float64).reshape(({n}, {m_y}))")
+        if a["reverse"]:     # appended from the last step to the first
+            lines.append(f"    _{var}_fy = _{var}_fy[::-1]")
     res, off = [], 0
     for j, av in enumerate(out_av[:nc]):
         m = int(np.prod(av.shape))
@@ -537,8 +544,8 @@ def _scan_scalar_lines(var, args, d, module, fn, array_lines):
     for j, av in enumerate(out_av[nc:]):
         m = int(np.prod(av.shape))
         res.append(f"_{var}_y{j}")
-        lines.append(f"    {res[-1]} = np.array([_r[{off}:{off + m}] for _r in {ys}], "
-                     f"dtype=np.float64).reshape({(n,) + tuple(av.shape)!r})")
+        lines.append(f"    {res[-1]} = np.ascontiguousarray(_{var}_fy[:, {off}:{off + m}])"
+                     f".reshape({(n,) + tuple(av.shape)!r})")
         off += m
     lines.append(f"    {var} = ({', '.join(res)}{',' if len(res) == 1 else ''})")
     lines.append("except (ArithmeticError, ValueError):   # inf or nan: NumPy's arrays say it")
@@ -638,6 +645,7 @@ class Module:
     def __init__(self):
         self.bodies = {}    # body key -> function name
         self.extra = []     # Lowered bodies of loops and branches
+        self.needs_array = False   # the array module (loops on Python floats)
         self.helpers = []
         self._helper_names = set()
         self.constants = []
@@ -685,6 +693,7 @@ def generate_numpy(functions, source="", transform="", key=""):
     return _jinja().get_template("numpy_module.py.j2").render(
         version=__version__, source=source, transform=transform, key=key,
         needs_math=module.needs_math, needs_base64=module.needs_base64,
+        needs_array=module.needs_array,
         helpers=module.helpers, constants=module.constants,
         functions=[{"name": f.name, "args": f.args, "doc": f.doc, "body": f.body,
                     "returns": f.returns} for f in lowered])
