@@ -90,14 +90,7 @@ class Function(codegen_cuda.Function):
         handle = f"_{kname}"
         module.kernel(kname, kern.n)
         module.kernel_handles[-1].update(nargs=len(kern.params), status=0)
-        self.body.append({"code": None, "comment": None,
-                          "source": f"kernel {kname}: {kern.describe(g)}"})
-        for v, var in kern.outputs:
-            d = g.nodes[v]
-            self.body.append({"code": f"{var} = np.empty({tuple(d['shape'])!r}, "
-                                      f"dtype={d['dtype'].name!r})",
-                              "comment": f"%{v} {d['op']}", "source": None})
-            fresh.add(var)
+        self._allocate_outputs(g, kern, kname, fresh)
         for (r, var, dt), acc in zip(kern.partials, kern.accs):
             d = g.nodes[r]
             suffix = "f32" if dt == np.float32 else "f64"

@@ -441,10 +441,9 @@ class Function:
     def _library_emitter(prim):
         return prim.cupy or prim.numpy
 
-    def _launch(self, g, kern, kname, module, names, fresh):
-        """The driver statements that allocate a kernel's outputs, launch it
-        and finish its reductions (the target's entry)."""
-        handle = module.kernel(kname, kern.n)
+    def _allocate_outputs(self, g, kern, kname, fresh):
+        """The comment naming a kernel and the driver statements that
+        allocate its outputs (every target's entry starts so)."""
         self.body.append({"code": None, "comment": None,
                           "source": f"kernel {kname}: {kern.describe(g)}"})
         for v, var in kern.outputs:
@@ -453,6 +452,12 @@ class Function:
                                       f"dtype={d['dtype'].name!r})",
                               "comment": f"%{v} {d['op']}", "source": None})
             fresh.add(var)
+
+    def _launch(self, g, kern, kname, module, names, fresh):
+        """The driver statements that allocate a kernel's outputs, launch it
+        and finish its reductions (the target's entry)."""
+        handle = module.kernel(kname, kern.n)
+        self._allocate_outputs(g, kern, kname, fresh)
         for r, var, dt in kern.partials:
             self.body.append({"code": f"{var} = np.empty({handle}_grid[0] * {BLOCK}, "
                                       f"dtype={dt.name!r})",
