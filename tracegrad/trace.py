@@ -32,13 +32,23 @@ class TraceError(TypeError):
     control flow, conversion to a Python number or NumPy array)."""
 
 
+_INTERNAL_CODE = {}    # code object -> is it tracegrad's (or the interpreter's)?
+
+
 def _user_frame():
     """(file, line, function) of the innermost frame outside tracegrad."""
     f = sys._getframe(2)
     while f is not None:
-        fn = f.f_code.co_filename
-        if not fn.startswith(_PKG_DIR) and "<frozen" not in fn and not fn.startswith("<__array_function__"):
-            return (fn, f.f_lineno, f.f_code.co_name)
+        code = f.f_code
+        internal = _INTERNAL_CODE.get(code)
+        if internal is None:     # once per code object: every op asks
+            if len(_INTERNAL_CODE) > 4096:
+                _INTERNAL_CODE.clear()
+            fn = code.co_filename
+            internal = _INTERNAL_CODE[code] = fn.startswith(_PKG_DIR) or "<frozen" in fn \
+                or fn.startswith("<__array_function__")
+        if not internal:
+            return (code.co_filename, f.f_lineno, code.co_name)
         f = f.f_back
     return None
 
