@@ -351,3 +351,22 @@ def test_indexing_nodes_are_named_and_saved_as_torch_does():
     expected = np.zeros((3, 4, 5))
     expected[:, 1] = 2
     np.testing.assert_array_equal(w.grad.numpy(), expected)
+
+
+def test_nodes_are_named_after_the_method_that_made_them_as_in_torch():
+    # the same transpose or reduction primitive, named as torch names the
+    # method's node (torch 2.13's names)
+    x = tg.ones(2, 3, requires_grad=True)
+    for y, name in [(x.t(), "TBackward0"), (x.T, "PermuteBackward0"),
+                    (x.permute(1, 0), "PermuteBackward0"), (x.mT, "TransposeBackward0"),
+                    (x.transpose(0, 1), "TransposeBackward0"), (x.max(), "MaxBackward1"),
+                    (x.max(1)[0], "MaxBackward0"), (x.amax(), "AmaxBackward0")]:
+        assert y.grad_fn.name() == name
+    assert x.T.grad_fn._saved_dims == (1, 0) and x.permute(1, 0).grad_fn._saved_dims == (1, 0)
+    v = x.max(1)[0]
+    assert (v.grad_fn._saved_dim, v.grad_fn._saved_keepdim) == (1, False)
+    assert v.grad_fn._saved_self_sym_sizes == (2, 3)
+    # the gradients are the primitives' own
+    z = tg.tensor([[1.0, 5.0, 2.0], [7.0, 0.0, 1.0]], requires_grad=True)
+    (z.max(1)[0].sum() + z.t().sum() * 2).backward()
+    np.testing.assert_array_equal(z.grad.numpy(), [[2, 3, 2], [3, 2, 2]])

@@ -16,6 +16,7 @@ from tracegrad.autograd import graph as _graph
 from tracegrad.autograd.grad_mode import state as _mode
 from tracegrad.autograd.profiler_state import _state as _prof_state
 from tracegrad.autograd.graph import AccumulateGrad, FREED_MSG, Node, _seq
+from tracegrad.ops import _define
 from tracegrad.ops._define import ArrayMethods
 from tracegrad.ops.base import (astype as ops_astype, resolve_dtype as _resolve_dtype,
                                 unbroadcast, vjp_apply)
@@ -1169,7 +1170,13 @@ def _specialize(node):
             name = None
     if name is None:
         name, spec = _generic_node(node, metas)
-    key = (name, tuple(sorted(spec.items())))
+    cls = node.__class__ = _node_class(name, spec)
+    return cls
+
+
+def _node_class(name, spec):
+    """The PrimNode subclass torch calls ``name``, with ``spec``'s ``_saved_*``."""
+    key = (name, tuple(sorted(dict(spec).items())))
     cls = _PRIM_NODE_TYPES.get(key)
     if cls is None:
         cls = _PRIM_NODE_TYPES[key] = type(name, (PrimNode,), {
@@ -1177,8 +1184,19 @@ def _specialize(node):
             "__module__": PrimNode.__module__,
             "__doc__": f"torch's {name}: a recorded primitive node (see PrimNode)."})
         PRIM_NODE_CLASSES.add(cls)
-    node.__class__ = cls
     return cls
+
+
+def _name_grad_fn(value, name, spec=()):
+    """ops._define.name_grad_fn for eager values: the method that made
+    ``value`` names its node as torch would (``x.t()``: TBackward0)."""
+    node = value.grad_fn if isinstance(value, Tensor) else None
+    if isinstance(node, PrimNode):
+        node.__class__ = _node_class(name, spec)
+    return value
+
+
+_define.name_grad_fn = _name_grad_fn
 
 
 # every name a _saved_ attribute of _TORCH_NODES or _generic_node may have

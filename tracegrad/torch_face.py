@@ -34,6 +34,7 @@ import numpy as np
 
 from tracegrad import ops
 from tracegrad.ops import indexing, linalg, reductions, shape
+from tracegrad.ops import _define
 from tracegrad.ops._define import face_method
 
 FACE = "torch"
@@ -63,7 +64,8 @@ def t(t):
     if len(t.shape) > 2:
         raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is "
                            f"{len(t.shape)}D")
-    return ops.transpose(t)
+    out = ops.transpose(t)
+    return _define.name_grad_fn(out, "TBackward0") if len(t.shape) == 2 else out
 
 
 @face_method(FACE, "transpose")
@@ -85,7 +87,21 @@ def view(t, *shape_or_dtype):
 
 std = face_method(FACE, "std")(reductions._std_method)
 var = face_method(FACE, "var")(reductions._var_method)
-max = face_method(FACE, "max")(reductions._max_method)
+@face_method(FACE, "max")
+def max(input, dim=None, keepdim=False, *, other=None, axis=None, keepdims=None, out=None):
+    """torch.max / x.max: the value, (values, indices) along ``dim``, or the
+    elementwise maximum; the backward nodes named as torch names them."""
+    res = reductions._max_method(input, dim, keepdim, other=other, axis=axis,
+                                 keepdims=keepdims, out=out)
+    if other is None and dim is None and axis is None:
+        return _define.name_grad_fn(res, "MaxBackward1", (("result", ("out",)),
+                                                          ("self", ("in", 0))))
+    if other is None and dim is not None and isinstance(res, tuple):
+        d = int(dim) % len(input.shape)
+        _define.name_grad_fn(res[0], "MaxBackward0", (("dim", ("const", d)),
+                                                      ("keepdim", ("const", bool(keepdim))),
+                                                      ("self_sym_sizes", ("sizes", 0))))
+    return res
 min = face_method(FACE, "min")(reductions._min_method)
 sort = face_method(FACE, "sort")(shape._sort_method)
 split = face_method(FACE, "split")(shape._split_method)

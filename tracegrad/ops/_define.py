@@ -23,6 +23,11 @@ from __future__ import annotations
 
 import numpy as np
 
+
+def _name_grad_fn(value, name, spec=()):
+    return name_grad_fn(value, name, spec)   # late-bound: tracegrad.tensor replaces it
+
+
 # NumPy callable (ufunc or array function) -> tracegrad function
 NUMPY_FUNCTIONS: dict = {}
 
@@ -86,7 +91,10 @@ class ArrayMethods:
 
     @property
     def T(self):
-        return _ops.transpose(self)
+        out = _ops.transpose(self)
+        if len(self.shape) == 2:
+            out = _name_grad_fn(out, "PermuteBackward0", (("dims", ("const", (1, 0))),))
+        return out
 
     @property
     def mT(self):
@@ -255,3 +263,13 @@ class _Ops:
 
 
 _ops = _Ops()
+
+
+def name_grad_fn(value, name, spec=()):
+    """Give an eager result's backward node torch's name where torch's
+    depends on which method made it (``x.t()``: TBackward0, ``x.T``:
+    PermuteBackward0, for the same transpose primitive).  ``spec``: the
+    node's ``_saved_*`` attributes, as tracegrad.tensor describes them.
+    The eager layer (tracegrad.tensor) installs the implementation; on a
+    traced value, or before that, nothing happens."""
+    return value

@@ -10,6 +10,7 @@ import numpy as np
 
 from tracegrad import runtime_numpy as _rt
 from tracegrad.primitives import Aval, bind, register, broadcast_shapes
+from tracegrad.ops import _define
 from tracegrad.ops._define import method, implements, axis_arg, norm_axes, numpy_copy, _ops
 
 
@@ -848,7 +849,9 @@ def permute(x, *dims):
     if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
         dims = tuple(dims[0])
     nd = len(shape_of(x))
-    return bind(transpose_p, x, axes=tuple(int(a) % nd for a in dims))
+    axes = tuple(int(a) % nd for a in dims)
+    return _define.name_grad_fn(bind(transpose_p, x, axes=axes), "PermuteBackward0",
+                                (("dims", ("const", axes)),))
 
 
 @method("swapaxes", "transpose_")
