@@ -276,14 +276,8 @@ class Lowered:
             if op == "proj":
                 code = f"{var} = {args[0]}[{d['attrs']['index']}]"
             elif op in CONTROL_FLOW:
-                lines = CONTROL_FLOW[op](var, args, d, module)
-                src = _source_comment(d.get("loc"))
-                for k, line in enumerate(lines[:-1]):
-                    self.body.append({"code": line, "comment": comment if k == 0 else None,
-                                      "source": src if (k == 0 and src != prev_src) else None})
-                    if k == 0:
-                        prev_src = src
-                code = lines[-1]
+                code, prev_src = control_flow_statements(self.body, v, var, args, d, module,
+                                                         prev_src)
                 comment = None
             else:
                 prim = primitives.get(op)
@@ -633,6 +627,18 @@ def _cond_lines(var, args, d, module):
     table = "(" + ", ".join(fns) + ("," if len(fns) == 1 else "") + ")"
     return [f"{var} = {table}[min(max(int({args[0]}), 0), {len(fns) - 1})]"
             f"({', '.join(args[1:])})"]
+
+
+def control_flow_statements(body, v, var, args, d, module, prev_src):
+    """Append a loop or branch node's statements to ``body`` (every target
+    prints them alike: the loop runs on the host), all but the last, which
+    is returned with the source line now in effect."""
+    lines = CONTROL_FLOW[d["op"]](var, args, d, module)
+    src = _source_comment(d.get("loc"))
+    for k, line in enumerate(lines[:-1]):
+        body.append({"code": line, "comment": f"%{v} {d['op']}" if k == 0 else None,
+                     "source": src if (k == 0 and src != prev_src) else None})
+    return lines[-1], (src if len(lines) > 1 else prev_src)
 
 
 CONTROL_FLOW = {"scan": _scan_lines, "while": _while_lines, "cond": _cond_lines,

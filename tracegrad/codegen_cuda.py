@@ -355,7 +355,8 @@ class Function:
 
     def __init__(self, g, name, arg_names, doc, module, prefix, internal=False):
         from tracegrad import passes
-        from tracegrad.codegen import CONTROL_FLOW, function_name, identifiers
+        from tracegrad.codegen import (CONTROL_FLOW, control_flow_statements, function_name,
+                                       identifiers)
         # internal: a loop or branch body's function, named by the generator
         self.name = name if internal else function_name(name)
         self.graph = g
@@ -402,14 +403,9 @@ class Function:
             elif op in CONTROL_FLOW:
                 # The loop stays on the host: a Python loop calling the body's
                 # own function of this target (its kernels fused as here).
-                lines = CONTROL_FLOW[op](var, args, d, module)
-                src = _source_comment(d.get("loc"))
-                for k, line in enumerate(lines[:-1]):
-                    self.body.append({"code": line, "comment": f"%{v} {op}" if k == 0 else None,
-                                      "source": src if (k == 0 and src != prev_src) else None})
-                    if k == 0:
-                        prev_src = src
-                code, comment = lines[-1], None
+                code, prev_src = control_flow_statements(self.body, v, var, args, d, module,
+                                                         prev_src)
+                comment = None
             else:
                 prim = primitives.get(op)
                 emit = self._library_emitter(prim)
