@@ -16,9 +16,11 @@ each n it prints, per system:
 
 Systems: tracegrad (NumPy target, and the native C target: ``backend="native"``,
 where the whole gradient, loops included, is one C function) with ``tg.fori_loop`` (one loop node: compile time does
-not depend on n), tracegrad on the plain Python loop (rolled into the same
-loop node while tracing; tracing itself still runs every iteration, so the
-first call grows with n: only up to ``--unrolled-max`` steps), jax.jit with
+not depend on n), tracegrad on the plain Python loop (its source is
+rewritten into the same loop node before it runs: the first two and the
+last iterations are traced as written, the body twice symbolically, so the
+first call does not depend on n either; ``--unrolled-max`` caps n for it,
+every n by default), jax.jit with
 ``lax.fori_loop`` and HIPS autograd on the Python loop when they are
 importable (never installed by tracegrad).  The fori_loop gradients are
 checked against the Python loop's to rtol 1e-12 where both run.
@@ -184,8 +186,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", default="10,100,1000,10000,100000")
     ap.add_argument("--calls", type=int, default=5)
-    ap.add_argument("--unrolled-max", type=int, default=1000,
-                    help="largest n for the unrolled Python loop (its compile time grows with n)")
+    ap.add_argument("--unrolled-max", type=int, default=10 ** 9,
+                    help="largest n for the plain Python loop (every n by default)")
     ap.add_argument("--memory-steps", type=int, default=100000,
                     help="steps of the memory run (0: skip it)")
     ap.add_argument("--memory-size", type=int, default=1000, help="state size of the memory run")

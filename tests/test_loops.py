@@ -448,7 +448,16 @@ def test_rolling_can_be_switched_off(monkeypatch):
 def test_the_explain_log_names_rolled_loops(monkeypatch, capsys):
     monkeypatch.setenv("TRACEGRAD_EXPLAIN", "1")
     tg.grad(miss_unrolled, static_argnums=(1,)).lower(V0, 30)
-    assert "rolled a Python loop at test_loops.py" in capsys.readouterr().err
+    assert "rewrote the Python loop at test_loops.py" in capsys.readouterr().err
+
+    def recorded(v0, n):      # a list of every step: rolled after tracing, not rewritten
+        path = [v0]
+        for _ in range(n):
+            path.append(_step(path[-1], v0)[0])
+        return np.sum(path[-1] ** 2)
+    tg.grad(recorded, static_argnums=(1,)).lower(V0, 60)
+    err = capsys.readouterr().err
+    assert "is a call made for its effect" in err and "rolled a Python loop at test_loops.py" in err
 
 
 @pytest.fixture
@@ -456,7 +465,9 @@ def small_loops_roll(monkeypatch):
     """Roll loops from 48 recorded ops on (256 by default), to test the rule
     on small programs."""
     import tracegrad.trace
+    from tracegrad import loop_rewrite
     monkeypatch.setattr(tracegrad.trace, "ROLL_MIN_NODES", 48)
+    monkeypatch.setattr(loop_rewrite, "ROLL_MIN_NODES", 48)
 
 
 def _check_same(f, *args, rolled):
@@ -478,7 +489,11 @@ def _check_same(f, *args, rolled):
     assert ("scan" in _ops(tg.grad(f).lower(*args).graph)) == rolled
 
 
-def test_iterations_that_differ_are_not_rolled_wrongly(small_loops_roll):
+def test_iterations_that_differ_are_not_rolled_wrongly(small_loops_roll, monkeypatch):
+    # rolling after tracing alone (the source rewrite would take most of these
+    # loops first: tests/test_loop_rewrite.py)
+    from tracegrad import loop_rewrite
+    monkeypatch.setattr(loop_rewrite, "rewrite", lambda fn: None)
     x = np.array([0.3, -0.2, 0.9])
     w = np.linspace(0.5, 1.5, 30)
 
@@ -535,9 +550,12 @@ def test_nested_python_loops_roll_inside_out(small_loops_roll):
         return np.sum(x ** 2)
     _check_same(f, x, rolled=True)
     g = tg.compile(f).lower(x).graph
-    outer = [d["attrs"]["body"] for _, d in g.nodes(data=True) if d["op"] == "scan"]
-    assert len(outer) == 1 and g.number_of_nodes() < 20
-    assert "scan" in [n.op for n in outer[0].nodes]    # the inner loop, rolled first
+    bodies = [d["attrs"]["body"] for _, d in g.nodes(data=True) if d["op"] == "scan"]
+    # one loop node for the outer loop, holding the inner loop's; the outer
+    # loop's first two and last iterations run as written, each with its
+    # inner loop node
+    outer = [b for b in bodies if "scan" in [n.op for n in b.nodes]]
+    assert len(outer) == 1 and len(bodies) == 4 and g.number_of_nodes() < 60
 
 
 # --- checkpointing ---------------------------------------------------------------------

@@ -20,7 +20,7 @@ import weakref
 
 import numpy as np
 
-from tracegrad import primitives
+from tracegrad import loop_rewrite, primitives
 from tracegrad.ops._define import ArrayMethods
 from tracegrad.primitives import Aval
 
@@ -575,7 +575,21 @@ def trace_function(fn, leaves_avals, rebuild_args, names, backend="numpy", faces
 
     leaves_avals: Aval per dynamic leaf; faces: the dialect of each ("numpy"
     for ndarrays and numbers, "torch" for Tensors; all "numpy" by default);
-    rebuild_args(tracers) -> (args, kwargs).  Returns (trace, out_treedef)."""
+    rebuild_args(tracers) -> (args, kwargs).  Returns (trace, out_treedef).
+
+    The function's ``for ... in range(...)`` loops are first rewritten into
+    loop nodes (``tracegrad.loop_rewrite``); when one cannot stand for the
+    loop as written, the function is traced again as written."""
+    rewritten = loop_rewrite.rewrite(fn)
+    if rewritten is not None:
+        try:
+            return _trace_once(fn, rewritten, leaves_avals, rebuild_args, names, backend, faces)
+        except loop_rewrite.RetraceAsWritten:
+            pass
+    return _trace_once(fn, fn, leaves_avals, rebuild_args, names, backend, faces)
+
+
+def _trace_once(fn, run, leaves_avals, rebuild_args, names, backend, faces):
     trace = Trace(backend)
     faces = faces or ["numpy"] * len(leaves_avals)
     tracers = [trace.new_input(a, n, f) for a, n, f in zip(leaves_avals, names, faces)]
@@ -584,7 +598,7 @@ def trace_function(fn, leaves_avals, rebuild_args, names, backend="numpy", faces
     with tracing_random_draws(trace, fn, args, kwargs) as (args, kwargs):
         # NumPy arrays fn names (globals, closures) accept traced indices
         from tracegrad.ops.indexing import indexable_constants
-        out = indexable_constants(fn)(*args, **kwargs)
+        out = indexable_constants(run)(*args, **kwargs)
     out_leaves, out_tree = tree_flatten(out)
     for o in out_leaves:
         if isinstance(o, Tracer):
@@ -626,6 +640,7 @@ def trace_body(fn, avals, faces=None):
             except TypeError:
                 raise TypeError(f"a loop or branch body returned a {type(o).__name__}; bodies "
                                 f"return arrays, numbers, or tuples/lists/dicts of them") from None
+    roll_loops(T)       # Python loops inside the body (not rewritten: too short, ...)
     # the backend is the enclosing trace's; a body's code is the same for both
     backend = next((c._trace.backend for c in T.captured), "numpy")
     T.backend = backend
@@ -655,14 +670,14 @@ _install_control_flow()
 # iteration other than the last one's carried values.  Anything else stays
 # unrolled: rolling never changes what is computed, only how it is written.
 
-ROLL_MIN_STEPS = 4      # fewer iterations stay unrolled
-ROLL_MIN_NODES = 256    # nor loops of fewer recorded ops in all (they compile fast;
-                        # unrolled, the buffer planner reuses their arrays)
+# fewer iterations, or fewer recorded ops in all, stay unrolled (they compile
+# fast; unrolled, the buffer planner reuses their arrays): as for rewritten loops
+ROLL_MIN_STEPS = loop_rewrite.ROLL_MIN_STEPS
+ROLL_MIN_NODES = loop_rewrite.ROLL_MIN_NODES
 _ROLL_CANDIDATES = 4    # periods tried at one position
 
 
-def _roll_enabled():
-    return os.environ.get("TRACEGRAD_ROLL", "1").strip().lower() not in ("0", "false", "no", "off")
+_roll_enabled = loop_rewrite.enabled
 
 
 def roll_loops(trace):

@@ -984,9 +984,21 @@ def _eager_scan(fn, init, xs, n, start, reverse):
     return carry, _tree_map(lambda *v: _stack(list(v)), *ys)
 
 
-def _scan_core(fn, init, xs, n, start, reverse, who, checkpoint=None):
+class BodyNotRepeatable(Exception):
+    """Two traces of a loop body differ: it reads state that changes from
+    one iteration to the next (an iterator, a counter, a random draw), so one
+    traced iteration cannot stand for all of them."""
+
+
+def _body_identity(body, captured):
+    return body.key, [(c._trace.level, c.id) if _is_tracer(c) else id(c) for c in captured]
+
+
+def _scan_core(fn, init, xs, n, start, reverse, who, checkpoint=None, verify=False):
     """Trace ``fn(i, carry, x) -> (carry, y)`` once and bind a scan node, or
-    run the Python loop when nothing is traced."""
+    run the Python loop when nothing is traced.  ``verify``: trace it twice
+    and raise BodyNotRepeatable when the traces differ (for loops rewritten
+    from Python source, whose bodies nobody promised to be pure)."""
     _checkpoint_every(checkpoint, n)    # a bad value is an error in every mode
     if hooks.trace_body is None:   # nothing can be traced: plain values
         return _eager_scan(fn, init, xs, n, start, reverse)
@@ -1025,6 +1037,10 @@ def _scan_core(fn, init, xs, n, start, reverse, who, checkpoint=None):
 
     try:
         body, captured, _ = _trace(flat_body, idx_aval + c_avals + x_avals, faces)
+        if verify:
+            again = _trace(flat_body, idx_aval + c_avals + x_avals, faces)
+            if _body_identity(body, captured) != _body_identity(again[0], again[1]):
+                raise BodyNotRepeatable(f"{who}: two traces of the body differ")
     except _Eager:
         return _eager_scan(fn, init, xs, n, start, reverse)
     if mode is None and not any(_is_tracer(c) for c in captured):
