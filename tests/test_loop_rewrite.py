@@ -304,3 +304,34 @@ def test_loops_whose_iterations_differ(small_loops):
         body_ops = [n.op for d in tg.grad(f).lower(x).graph.nodes.values() if d["op"] == "scan"
                     for n in d["attrs"]["body"].nodes]
         assert (len(body_ops) > 0) == rewritten, f.__name__
+
+
+def test_a_source_file_edited_since_import_is_not_rewritten(tmp_path, monkeypatch, capsys):
+    import importlib
+    import linecache
+    src = ("import numpy as np\n\n"
+           "def f(x):\n"
+           "    for _ in range(300):\n"
+           "        x = np.sin(x) * 0.5 + 0.25\n"
+           "    return np.sum(x)\n")
+    (tmp_path / "edited_mod.py").write_text(src)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = importlib.import_module("edited_mod")
+    x = np.array([0.1, 0.2])
+    assert _rewritten(mod.f, x)
+    loop_rewrite._MEMO.clear()
+    (tmp_path / "edited_mod.py").write_text(src.replace("0.25", "0.75"))
+    linecache.checkcache()
+    monkeypatch.setenv("TRACEGRAD_EXPLAIN", "1")
+    assert loop_rewrite.rewrite(mod.f) is None        # the code in memory is not the file's
+    assert "its source file changed" in capsys.readouterr().err
+    np.testing.assert_allclose(tg.compile(mod.f)(x), mod.f(x), rtol=RTOL)
+
+
+def test_a_function_without_source_is_traced_as_written():
+    ns = {"np": np}
+    exec("def f(x):\n    for _ in range(300):\n        x = np.sin(x) + 0.1\n    return np.sum(x)\n",
+         ns)
+    assert loop_rewrite.rewrite(ns["f"]) is None
+    x = np.array([0.1, 0.2])
+    np.testing.assert_allclose(tg.grad(ns["f"])(x), _as_written(ns["f"], x)[1], rtol=RTOL)

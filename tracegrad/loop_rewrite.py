@@ -46,7 +46,6 @@ import builtins
 import inspect
 import linecache
 import os
-import re
 import sys
 import textwrap
 import types
@@ -60,7 +59,7 @@ ROLL_MIN_NODES = 256    # nor loops of fewer recorded ops in all
 PEELED = 2              # iterations run as written before the loop node
 
 _PREFIX = "__tg_"
-_RT = "__tg_rt"         # the name under which rewritten code reaches this module
+_RT = "__tg_rt"         # the local name under which rewritten code reaches this module
 
 
 class RetraceAsWritten(BaseException):
@@ -191,8 +190,7 @@ def _why_not(stmts, generated):
 
 
 class _Rewriter(ast.NodeTransformer):
-    def __init__(self, line_offset):
-        self.line_offset = line_offset
+    def __init__(self):
         self.generated = set()   # ids of statements the rewrite wrote
         self.count = 0
         self.skipped = []        # (line, reason)
@@ -208,9 +206,7 @@ class _Rewriter(ast.NodeTransformer):
         self.generic_visit(node)     # inner loops first
         why = self._why_not(node)
         if why:
-            self.skipped.append((node.lineno + self.line_offset,
-                                 re.sub(r"line (\d+)", lambda m: f"line {int(m[1]) + self.line_offset}",
-                                        why)))
+            self.skipped.append((node.lineno, why))
             return node
         self.count += 1
         var = node.target.id
@@ -258,7 +254,7 @@ class _Rewriter(ast.NodeTransformer):
         written_first = tuple(n == var or _written_first(node.body, n, self.generated)
                               for n in carried)
         call = parse(f"({targets},) = {_RT}.for_range(range, (), {fname}, {tuple(carried)!r}, "
-                     f"{written_first!r}, {var!r}, {node.lineno + self.line_offset})")[0]
+                     f"{written_first!r}, {var!r}, {node.lineno})")[0]
         call.value.args[1] = ast.Tuple(elts=node.iter.args, ctx=ast.Load(), **loc)
         unbind = parse("\n".join(f"if {n} is {_RT}.UNBOUND:\n    del {n}"
                                  for n in carried + ([var] if index == var else [])))
@@ -310,58 +306,106 @@ def _rewritten_code(code):
 
 
 def _rewrite_code(code):
-    lines = linecache.getlines(code.co_filename)
-    if not lines or code.co_firstlineno > len(lines):
+    """The code of the function ``code`` with its loops rewritten, or None.
+
+    The whole source file is parsed and compiled again with the function
+    replaced, so the function is compiled exactly where it was (inside its
+    class or enclosing function, under the module's imports and
+    ``__future__`` flags), and the file compiled unchanged must give back
+    ``code`` itself: a file edited since it was imported is not rewritten."""
+    source = "".join(linecache.getlines(code.co_filename))
+    if not source:
         return None
     try:
-        block = inspect.getblock(lines[code.co_firstlineno - 1:])
-        tree = ast.parse(textwrap.dedent("".join(block)))
-    except (SyntaxError, IndentationError, ValueError, TypeError):
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
         return None
-    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef) \
-            or tree.body[0].name != code.co_name:
+    fdef = _find_def(tree, code)
+    if fdef is None or not any(isinstance(n, ast.For) for n in ast.walk(fdef)) \
+            or _function_refused(fdef):
         return None
-    fdef = tree.body[0]
-    if not any(isinstance(n, ast.For) for n in ast.walk(fdef)):
+    if not _same_code(_find_code(_compile_file(tree, source, code.co_filename), code), code):
+        _explain(f"kept the loops of {code.co_qualname} as written: its source file changed "
+                 f"since it was imported")
         return None
-    if _function_refused(fdef):
-        return None
-    fdef.decorator_list = []
-    rw = _Rewriter(code.co_firstlineno - 1)
+    rw = _Rewriter()
     body = []
     for s in fdef.body:
         r = rw.visit(s)
         body.extend(r if isinstance(r, list) else [r])
-    fdef.body = body
     for line, why in rw.skipped:
         _explain(f"kept the Python loop at {os.path.basename(code.co_filename)}:{line} "
                  f"as written: {why}")
     if not rw.count:
         return None
-    # def __tg_make(<the function's free variables>, __tg_rt): def f(...): ...; return f
-    free = list(code.co_freevars) + [_RT]
-    make = ast.FunctionDef(
-        name=f"{_PREFIX}make",
-        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=a) for a in free], kwonlyargs=[],
-                           kw_defaults=[], defaults=[]),
-        body=[fdef, ast.Return(value=ast.Name(id=fdef.name, ctx=ast.Load()))],
-        decorator_list=[], returns=None, type_comment=None)
-    _locate(make, dict(lineno=fdef.lineno, col_offset=0, end_lineno=fdef.end_lineno,
-                       end_col_offset=0))
-    module = ast.Module(body=[make], type_ignores=[])
-    ast.increment_lineno(module, code.co_firstlineno - 1)
-    ast.fix_missing_locations(module)
+    # the rewritten code reaches this module through a local name
+    reach = ast.parse(f"import {__name__} as {_RT}").body[0]
+    _locate(reach, dict(lineno=fdef.lineno, col_offset=fdef.col_offset,
+                        end_lineno=fdef.lineno, end_col_offset=fdef.col_offset))
+    fdef.body = [reach] + body
+    ast.fix_missing_locations(tree)
     try:
-        compiled = compile(module, code.co_filename, "exec", dont_inherit=True)
+        compiled = compile(tree, code.co_filename, "exec", dont_inherit=True)
     except (SyntaxError, ValueError, TypeError):
         return None
-    make_code = next(c for c in compiled.co_consts if isinstance(c, types.CodeType))
-    new = next(c for c in make_code.co_consts
-               if isinstance(c, types.CodeType) and c.co_name == code.co_name)
-    new = _renamed_bodies(new, code.co_name, code.co_qualname)
-    if any(v not in free for v in new.co_freevars):
+    new = _find_code(compiled, code)
+    if new is None or not set(new.co_freevars) <= set(code.co_freevars):
         return None
-    return new
+    return _renamed_bodies(new, code.co_name, code.co_qualname)
+
+
+def _find_def(tree, code):
+    """The ``def`` statement of ``code`` in the parsed file."""
+    for n in ast.walk(tree):
+        if isinstance(n, ast.FunctionDef) and n.name == code.co_name:
+            first = min([n.lineno] + [d.lineno for d in n.decorator_list])
+            if first == code.co_firstlineno:
+                return n
+    return None
+
+
+def _find_code(module_code, code):
+    """The code object compiled for ``code``'s function in ``module_code``."""
+    stack = [module_code] if module_code is not None else []
+    while stack:
+        c = stack.pop()
+        if c.co_qualname == code.co_qualname and c.co_firstlineno == code.co_firstlineno:
+            return c
+        stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    return None
+
+
+_FILES = {}    # (file name, source) -> the file's code, compiled unchanged
+
+
+def _compile_file(tree, source, filename):
+    key = (filename, hash(source))
+    if key not in _FILES:
+        if len(_FILES) > 64:
+            _FILES.clear()
+        try:
+            _FILES[key] = compile(tree, filename, "exec", dont_inherit=True)
+        except (SyntaxError, ValueError, TypeError):
+            _FILES[key] = None
+    return _FILES[key]
+
+
+def _same_code(a, b):
+    """Do two code objects run the same instructions on the same constants?"""
+    if not isinstance(a, types.CodeType) or not isinstance(b, types.CodeType):
+        return False
+    if (a.co_code, a.co_names, a.co_varnames, a.co_freevars, a.co_cellvars) != \
+            (b.co_code, b.co_names, b.co_varnames, b.co_freevars, b.co_cellvars):
+        return False
+    if len(a.co_consts) != len(b.co_consts):
+        return False
+    for x, y in zip(a.co_consts, b.co_consts):
+        if isinstance(x, types.CodeType) or isinstance(y, types.CodeType):
+            if not _same_code(x, y):
+                return False
+        elif type(x) is not type(y) or repr(x) != repr(y):
+            return False
+    return True
 
 
 def _renamed_bodies(code, name, qualname):
@@ -391,7 +435,6 @@ def rewrite(fn):
     if new is None:
         return None
     cells = dict(zip(code.co_freevars, fn.__closure__ or ()))
-    cells[_RT] = types.CellType(sys.modules[__name__])
     g = types.FunctionType(new, fn.__globals__, fn.__name__, fn.__defaults__,
                            tuple(cells[v] for v in new.co_freevars))
     g.__kwdefaults__ = fn.__kwdefaults__
