@@ -335,3 +335,37 @@ def test_a_function_without_source_is_traced_as_written():
     assert loop_rewrite.rewrite(ns["f"]) is None
     x = np.array([0.1, 0.2])
     np.testing.assert_allclose(tg.grad(ns["f"])(x), _as_written(ns["f"], x)[1], rtol=RTOL)
+
+
+def test_in_place_updates_keep_numpys_meaning(small_loops, monkeypatch, capsys):
+    # x += ... updates the array every name bound to it sees, as in NumPy
+    def updates_an_alias(x0):
+        x = x0 * 1.0
+        y = x
+        for _ in range(40):
+            x += np.sin(x) * 0.01
+        return np.sum(y) + np.sum(x)
+
+    def reads_the_alias(x0):      # the body reads the carry as y too
+        x = x0 * 1.0
+        y = x
+        for _ in range(40):
+            x += np.sin(y) * 0.01
+        return np.sum(y) + np.sum(x)
+
+    def rebinds(x0):              # x = x + ...: y keeps the value before the loop
+        x = x0 * 1.0
+        y = x
+        for _ in range(40):
+            x = x + np.sin(x) * 0.01
+        return np.sum(y) + np.sum(x)
+
+    x0 = np.array([0.3, 0.5])
+    monkeypatch.setenv("TRACEGRAD_EXPLAIN", "1")
+    for f in (updates_an_alias, reads_the_alias, rebinds):
+        v, g = tg.value_and_grad(f)(x0)
+        np.testing.assert_allclose(v, f(x0.copy()), rtol=RTOL, err_msg=f.__name__)
+        np.testing.assert_allclose(g, _as_written(f, x0)[1], rtol=RTOL, err_msg=f.__name__)
+    err = capsys.readouterr().err
+    assert "reads a carried array by another name" in err
+    assert err.count("rewrote the Python loop") >= 2

@@ -507,15 +507,30 @@ def for_range(range_fn, args, body, names, written_first, var, line):
             if not _same_python_value(v, out[k]):
                 raise RetraceAsWritten(f"'{names[k]}' ({type(v).__name__}) changes from one "
                                        f"iteration to the next and is not an array")
-        for k, v in zip(traced_at, c):
-            o = out[k]
+        outs = [out[k] for k in traced_at]
+        for k, v, o in zip(traced_at, c, outs):
             a = getattr(o, "aval", None) if _is_tracer(o) else (
                 np.asarray(o) if isinstance(o, (np.ndarray, np.generic)) else None)
             if a is None or tuple(a.shape) != tuple(v.aval.shape) or a.dtype != v.aval.dtype:
                 raise RetraceAsWritten(f"'{names[k]}' changes its type, shape or dtype")
-        return tuple(out[k] for k in traced_at), None
+        # NumPy's meaning of `x += ...` is an update of the array every name
+        # bound to it sees: a carry that comes out as the object it went in
+        # as is updated in place after the loop too (a NumPy array that is
+        # not traced cannot be)
+        in_place[:] = [o is v for v, o in zip(c, outs)]
+        if any(f and not _is_tracer(carry[k]) for k, f in zip(traced_at, in_place)):
+            raise RetraceAsWritten("a NumPy array is updated in place")
+        if len({id(o) for o in outs}) != len(outs):
+            raise RetraceAsWritten("two carried names are bound to one array")
+        return tuple(outs), None
+
+    in_place = []
 
     init_traced = tuple(carry[k] for k in traced_at)
+    # A scan node may pass an operand through, so tracing marks its operands
+    # and results as sharing memory; the loop as written shares none (an
+    # in-place update is replayed below), so those marks are dropped.
+    view_marks = {k: dict(t._aliased) for k, t in traces.items()}
     try:
         out, _ = control._scan_core(scan_step, init_traced, None, len(rest),
                                     rest.start if step == 1 else 0, False, "for loop",
@@ -523,10 +538,8 @@ def for_range(range_fn, args, body, names, written_first, var, line):
     except RetraceAsWritten as e:
         _explain(f"traced the Python loop at {where} as written: {e}")
         raise
-    except control.BodyNotRepeatable:
-        _explain(f"traced the Python loop at {where} as written: two traces of its body differ "
-                 f"(it reads state that changes between iterations: an iterator, a counter, "
-                 f"a random draw)")
+    except control.BodyNotRepeatable as e:
+        _explain(f"traced the Python loop at {where} as written: {str(e).split(': ', 1)[1]}")
         raise RetraceAsWritten("the body is not repeatable") from None
     except Exception as e:   # noqa: BLE001 -- the loop as written says what went wrong
         _explain(f"traced the Python loop at {where} as written: its body cannot be traced "
@@ -534,7 +547,12 @@ def for_range(range_fn, args, body, names, written_first, var, line):
         raise RetraceAsWritten(str(e)) from e
     _explain(f"rewrote the Python loop at {where} into one scan node: {len(rest)} iterations "
              f"(the first {PEELED} and the last traced as written)")
+    for k, t in traces.items():
+        t._aliased = view_marks[k]
     result = list(carry)
-    for k, v in zip(traced_at, out):
+    for k, v, f in zip(traced_at, out, in_place):
+        if f:   # as Tracer._assign does (the peeled iterations checked it for views)
+            carry[k].id = v.id
+            v = carry[k]
         result[k] = v
     return body(r[-1], *result) + (r[-1],)

@@ -994,6 +994,20 @@ def _body_identity(body, captured):
     return body.key, [(c._trace.level, c.id) if _is_tracer(c) else id(c) for c in captured]
 
 
+def _reads_carry_by_another_name(c_leaves, captured, outer):
+    """Does a body read the value a carry entered with other than through the
+    carry (a name bound to the same array, which an in-place update of the
+    carry changes too)?  Directly, or through ops that depend only on values
+    from outside the loop, which tracing records outside it (``outer``: the
+    enclosing traces and their sizes before the body was traced)."""
+    seen = {(id(x._trace), x.id) for x in c_leaves if _is_tracer(x)}
+    for t, start in outer.values():
+        for n in t.nodes[start:]:
+            if any((id(t), u) in seen for u in n.inputs):
+                seen.add((id(t), n.id))
+    return any(_is_tracer(c) and (id(c._trace), c.id) in seen for c in captured)
+
+
 def _scan_core(fn, init, xs, n, start, reverse, who, checkpoint=None, verify=False):
     """Trace ``fn(i, carry, x) -> (carry, y)`` once and bind a scan node, or
     run the Python loop when nothing is traced.  ``verify``: trace it twice
@@ -1035,12 +1049,19 @@ def _scan_core(fn, init, xs, n, start, reverse, who, checkpoint=None, verify=Fal
         y_tree_box.append(y_tree)
         return tuple(nc_leaves) + tuple(y_leaves)
 
+    outer = {id(x._trace): (x._trace, len(x._trace.nodes)) for x in c_leaves if _is_tracer(x)}
     try:
         body, captured, _ = _trace(flat_body, idx_aval + c_avals + x_avals, faces)
         if verify:
             again = _trace(flat_body, idx_aval + c_avals + x_avals, faces)
             if _body_identity(body, captured) != _body_identity(again[0], again[1]):
-                raise BodyNotRepeatable(f"{who}: two traces of the body differ")
+                raise BodyNotRepeatable(f"{who}: two traces of its body differ (it reads state that "
+                                        f"changes between iterations: an iterator, a counter, "
+                                        f"a random draw)")
+            if _reads_carry_by_another_name(c_leaves, captured, outer):
+                raise BodyNotRepeatable(f"{who}: its body reads a carried array by another name "
+                                        f"(y = x before the loop), which an in-place update "
+                                        f"of the carry changes too")
     except _Eager:
         return _eager_scan(fn, init, xs, n, start, reverse)
     if mode is None and not any(_is_tracer(c) for c in captured):
