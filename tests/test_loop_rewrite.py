@@ -369,3 +369,23 @@ def test_in_place_updates_keep_numpys_meaning(small_loops, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "reads a carried array by another name" in err
     assert err.count("rewrote the Python loop") >= 2
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_torch_dialect_loops(dtype):
+    torch = tg
+
+    def f(x):
+        h = x * 0.0
+        for i in range(300):
+            h = torch.tanh(h * 0.9 + x * (1 + 0.001 * i))
+        return (h ** 2).sum()
+
+    x = tg.tensor([0.1, 0.2, 0.3], dtype=getattr(tg, dtype), requires_grad=True)
+    y = f(x)
+    y.backward()
+    out = tg.compile(f)(x.detach())
+    assert type(out) is type(y) and out.dtype == y.dtype
+    tol = 1e-5 if dtype == "float32" else RTOL
+    np.testing.assert_allclose(out.numpy(), y.detach().numpy(), rtol=tol)
+    np.testing.assert_allclose(tg.grad(f)(x.detach()).numpy(), x.grad.numpy(), rtol=tol)

@@ -527,6 +527,10 @@ def for_range(range_fn, args, body, names, written_first, var, line):
     in_place = []
 
     init_traced = tuple(carry[k] for k in traced_at)
+    # the index is a Python int in the loop as written: in torch code, a
+    # torch value (a 0-d integer tensor promotes as a Python int does there)
+    faces = {getattr(c, "_face", "numpy") for c in init_traced if _is_tracer(c)}
+    face = "torch" if faces == {"torch"} else "numpy"
     # A scan node may pass an operand through, so tracing marks its operands
     # and results as sharing memory; the loop as written shares none (an
     # in-place update is replayed below), so those marks are dropped.
@@ -534,7 +538,7 @@ def for_range(range_fn, args, body, names, written_first, var, line):
     try:
         out, _ = control._scan_core(scan_step, init_traced, None, len(rest),
                                     rest.start if step == 1 else 0, False, "for loop",
-                                    verify=True)
+                                    verify=True, index_face=face)
     except RetraceAsWritten as e:
         _explain(f"traced the Python loop at {where} as written: {e}")
         raise

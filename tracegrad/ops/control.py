@@ -1008,11 +1008,13 @@ def _reads_carry_by_another_name(c_leaves, captured, outer):
     return any(_is_tracer(c) and (id(c._trace), c.id) in seen for c in captured)
 
 
-def _scan_core(fn, init, xs, n, start, reverse, who, checkpoint=None, verify=False):
+def _scan_core(fn, init, xs, n, start, reverse, who, checkpoint=None, verify=False,
+               index_face="numpy"):
     """Trace ``fn(i, carry, x) -> (carry, y)`` once and bind a scan node, or
     run the Python loop when nothing is traced.  ``verify``: trace it twice
     and raise BodyNotRepeatable when the traces differ (for loops rewritten
-    from Python source, whose bodies nobody promised to be pure)."""
+    from Python source, whose bodies nobody promised to be pure).
+    ``index_face``: the dialect of the loop index inside the body."""
     _checkpoint_every(checkpoint, n)    # a bad value is an error in every mode
     if hooks.trace_body is None:   # nothing can be traced: plain values
         return _eager_scan(fn, init, xs, n, start, reverse)
@@ -1026,7 +1028,7 @@ def _scan_core(fn, init, xs, n, start, reverse, who, checkpoint=None, verify=Fal
         int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize for a in c_avals))
     x_avals = [Aval(_leaf_aval(x).shape[1:], _leaf_aval(x).dtype) for x in x_leaves]
     idx_aval = [Aval((), np.dtype(np.int64))] if start is not None else []
-    faces = ["numpy"] * len(idx_aval) + [_face(x) for x in c_leaves] + [_face(x) for x in x_leaves]
+    faces = [index_face] * len(idx_aval) + [_face(x) for x in c_leaves] + [_face(x) for x in x_leaves]
     n_c, n_x = len(c_leaves), len(x_leaves)
     y_tree_box = []
 
