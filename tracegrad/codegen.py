@@ -237,28 +237,7 @@ class Lowered:
         names = {}
         for v, a in zip(g.graph["inputs"], self.args):
             names[v] = a
-        # last statement index reading each value
-        stmt_index = {v: i for i, v in enumerate(order)}
-        last_use = {}
-        for v in order:
-            for u in ir.operands(g, v):
-                last_use[u] = stmt_index[v]
-        never_dies = set(outputs) | set(g.graph["inputs"])
-        # values whose memory someone else may alias: never reused
-        aliased = set()
-        views = set()   # results that are views of another value: nothing to free
-        for v in order:
-            d = g.nodes[v]
-            if d["op"] in ("const", "proj"):
-                if d["op"] == "proj":
-                    aliased.add(ir.operands(g, v)[0])
-                continue
-            if primitives.get(d["op"]).aliases_operands:
-                aliased.update(ir.operands(g, v))
-                views.add(v)
-        owned = set()   # fresh ufunc results: ours to overwrite once dead
-        handed_on = set()  # values whose buffer a later value took over
-        pool = {}       # (shape, dtype) -> [var] dead owned buffers
+        plan = BufferPlanner(g, order, [ir.operands(g, v) for v in order])
         prev_src = None
 
         def expr(u):
@@ -294,46 +273,153 @@ class Lowered:
                         module.helper(h)
                 code = f"{var} = {e}"
                 ufunc = _ufunc_of(prim, len(ops))
-                shape = d.get("shape")
-                if ufunc and shape and d.get("avals") is None:
-                    key = (shape, str(d["dtype"]))
-                    buf = None
-                    # writing into an operand is for elementwise ufuncs only
-                    # (a matmul reading its own output buffer would need a copy)
-                    for u in (ops if prim.elementwise or ufunc in prim.helpers else ()):
-                        if (u in owned and last_use.get(u) == i and u not in never_dies
-                                and u not in aliased
-                                and (g.nodes[u]["shape"], str(g.nodes[u]["dtype"])) == key):
-                            buf = names[u]
-                            owned.discard(u)
-                            handed_on.add(u)  # its buffer lives on as this value
-                            break
-                    if buf is None and pool.get(key):
-                        buf = pool[key].pop()
+                if ufunc and d.get("shape") and d.get("avals") is None:
+                    buf = plan.take(v, i, inplace_operands(prim, ufunc, ops))
                     if buf is not None:
-                        code = f"{var} = {ufunc}({', '.join(args)}, out={buf})"
-                    if v not in aliased:
-                        owned.add(v)
+                        code = f"{var} = {ufunc}({', '.join(args)}, out={names[buf]})"
+                    plan.own(v)
             names[v] = var
             src = _source_comment(d.get("loc"))
             self.body.append({"code": code, "comment": comment,
                               "source": src if src != prev_src else None})
             prev_src = src
             # values that die here: pool their buffers or free them
-            for u in set(ops):
-                if last_use.get(u) != i or u in never_dies or g.nodes[u]["op"] in ("const", "input"):
-                    continue
-                if u in owned:
-                    owned.discard(u)
-                    key = (g.nodes[u]["shape"], str(g.nodes[u]["dtype"]))
-                    pool.setdefault(key, []).append(names[u])
-                elif u not in aliased and u not in handed_on and u not in views and \
-                        g.nodes[u].get("shape") is not None and \
-                        int(np.prod(g.nodes[u]["shape"])) >= DEL_MIN_ELEMENTS:
-                    self.body.append({"code": f"del {names[u]}", "comment": "dead: free its memory",
-                                      "source": None})
+            for u in plan.release(ops, i):
+                self.body.append({"code": f"del {names[u]}", "comment": "dead: free its memory",
+                                  "source": None})
         rets = [expr(v) if g.nodes[v]["op"] in ("const", "input") else names[v] for v in outputs]
         self.returns = "(" + ", ".join(rets) + ("," if len(rets) == 1 else "") + ")"
+
+
+def inplace_operands(prim, ufunc, ops):
+    """The operands whose buffer a ufunc statement may write into when they
+    die at it: an elementwise ufunc's (a matmul reading its own output
+    buffer would need a copy)."""
+    return ops if prim.elementwise or ufunc in prim.helpers else ()
+
+
+class BufferPlanner:
+    """Which dead intermediate's buffer a new value is written into.
+
+    The one buffer planner of the targets whose generated code calls NumPy:
+    the NumPy target (a statement per node) and the native target's drivers
+    (a statement per fused kernel or NumPy call).  Statements run in
+    ``order``; ``steps[i]`` holds the operands statement i reads.  ``take``
+    gives a value the buffer of a value dead by then with its shape and
+    dtype (or of an operand dying at this very statement, where the caller
+    allows it); ``release`` pools the buffers of the values dying at a
+    statement and names the large dead values worth freeing at once
+    (``del``).  A value something else may alias (a view, a ``proj`` of a
+    tuple, a loop's carry) is never written into.
+
+    ``keep_between_calls`` (the native driver): a buffer may also be kept
+    from one call to the next (``keep``); no value that escapes the call
+    (a graph output, or a value an output may be a view of) is ever written
+    into such a buffer.  Each buffer carries tags: "kept" (between calls),
+    "c_order" (allocated C-contiguous by the caller, as a C kernel needs)."""
+
+    def __init__(self, g, order, steps, keep_between_calls=False):
+        self.g = g
+        self.last_use = {}   # the last statement reading each value
+        for i, reads in enumerate(steps):
+            for u in reads:
+                self.last_use[u] = i
+        self.never_dies = set(g.graph["outputs"]) | set(g.graph["inputs"])
+        self.aliased = set()   # values whose memory someone else may alias: never reused
+        self.views = set()     # results that are views of another value: nothing to free
+        for v in order:
+            d = g.nodes[v]
+            if d["op"] in ("const", "proj"):
+                if d["op"] == "proj":
+                    self.aliased.add(ir.operands(g, v)[0])
+                continue
+            if primitives.get(d["op"]).aliases_operands:
+                self.aliased.update(ir.operands(g, v))
+                self.views.add(v)
+        self.owned = set()      # fresh results: ours to overwrite once dead
+        self.handed_on = set()  # values whose buffer a later value took over
+        self.pool = {}          # (shape, dtype) -> [value] dead owned buffers
+        self.tags = {}          # value -> frozenset of its buffer's tags
+        self.kept = []          # (shape, dtype name) of each buffer kept between calls
+        self.escapes = set(self.never_dies)
+        if keep_between_calls:
+            # an output, and whatever an output may alias, escapes the call
+            for v in reversed(ir.topo_order(g)):
+                d = g.nodes[v]
+                if v in self.escapes and d["op"] not in ("input", "const") and (
+                        d["op"] == "proj" or d["op"] in CONTROL_FLOW
+                        or primitives.get(d["op"]).aliases_operands):
+                    self.escapes.update(ir.operands(g, v))
+
+    def _key(self, v):
+        d = self.g.nodes[v]
+        return (d["shape"], str(d["dtype"]))
+
+    def _fits(self, v, u, need):
+        """May value v (escaping or not) be written into u's buffer, which
+        must carry the tags ``need``?"""
+        tags = self.tags.get(u, frozenset())
+        return need <= tags and not ("kept" in tags and v in self.escapes)
+
+    def take(self, v, i, inplace=(), need=frozenset()):
+        """The value whose buffer v (computed by statement i) is written
+        into, or None: an operand in ``inplace`` dying at statement i, else
+        a pooled dead buffer of the same shape and dtype whose tags include
+        ``need``."""
+        key = self._key(v)
+        for u in inplace:
+            if (u in self.owned and self.last_use.get(u) == i and u not in self.never_dies
+                    and u not in self.aliased and self._key(u) == key
+                    and self._fits(v, u, need)):
+                self.owned.discard(u)
+                self.handed_on.add(u)  # its buffer lives on as this value
+                self.tags[v] = self.tags.get(u, frozenset())
+                return u
+        free = self.pool.get(key)
+        for j in range(len(free or ()) - 1, -1, -1):
+            u = free[j]
+            if self._fits(v, u, need):
+                del free[j]
+                self.tags[v] = self.tags.get(u, frozenset())
+                return u
+        return None
+
+    def own(self, v, tags=()):
+        """v is a fresh result of ours (or lives in a buffer ``take``
+        gave it): its buffer may be reused once it is dead."""
+        if tags:
+            self.tags[v] = self.tags.get(v, frozenset()) | frozenset(tags)
+        if v not in self.aliased:
+            self.owned.add(v)
+
+    def may_keep(self, v):
+        """May v's buffer be kept between calls (v never escapes)?"""
+        return v not in self.escapes
+
+    def keep(self, v):
+        """A new buffer for v kept between calls: its index among ``kept``."""
+        d = self.g.nodes[v]
+        self.kept.append((tuple(d["shape"]), np.dtype(d["dtype"]).name))
+        self.own(v, ("kept", "c_order"))
+        return len(self.kept) - 1
+
+    def release(self, ops, i):
+        """Pool the buffers of the operands dying at statement i; the
+        values among them to free at once (large, not pooled, not views)."""
+        dels = []
+        g = self.g
+        for u in set(ops):
+            if self.last_use.get(u) != i or u in self.never_dies or \
+                    g.nodes[u]["op"] in ("const", "input"):
+                continue
+            if u in self.owned:
+                self.owned.discard(u)
+                self.pool.setdefault(self._key(u), []).append(u)
+            elif u not in self.aliased and u not in self.handed_on and u not in self.views and \
+                    g.nodes[u].get("shape") is not None and \
+                    int(np.prod(g.nodes[u]["shape"])) >= DEL_MIN_ELEMENTS:
+                dels.append(u)
+        return dels
 
 
 # --- loops and branches: a body is a function of its own ---------------------------------
