@@ -628,3 +628,159 @@ def test_threaded_kernels_work_in_a_forked_child(tmp_path):
                        timeout=120)
     assert r.returncode == 0, r.stderr
     assert "CHILD 0 native" in r.stdout
+
+
+# --- the driver's buffers (issue 11, W3): reused within a call, kept between calls -------
+
+def _mlp(W1, b1, W2, b2, X, Y):
+    h = np.tanh(X @ W1 + b1)
+    return np.mean((h @ W2 + b2 - Y) ** 2)
+
+
+def _mlp_args(seed, n=64, d=16, k=32, m=5):
+    r = np.random.default_rng(seed)
+    return (r.standard_normal((d, k)) * 0.3, r.standard_normal(k) * 0.1,
+            r.standard_normal((k, m)) * 0.3, r.standard_normal(m) * 0.1,
+            r.standard_normal((n, d)), r.standard_normal((n, m)))
+
+
+def _mlp_by_hand(W1, b1, W2, b2, X, Y):
+    h = np.tanh(X @ W1 + b1)
+    r = h @ W2 + b2 - Y
+    d = (2.0 / r.size) * r
+    dh = (d @ W2.T) * (1 - h * h)
+    return np.mean(r * r), (X.T @ dh, dh.sum(0), h.T @ d, d.sum(0))
+
+
+def _driver(fn, *args, name="value_and_grad", **kw):
+    """The generated driver module of tg.value_and_grad(fn) run as a namespace."""
+    src = tg.value_and_grad(fn, backend="native", **kw).lower(*args).source
+    ns = {"__name__": "native_test"}
+    exec(compile(src, "<native>", "exec"), ns)
+    return src, ns, ns[name]
+
+
+def _flat(result):
+    return [np.asarray(a) for a in _leaves(result)]
+
+
+@needs_cc
+def test_w3_gradient_is_right_called_again_and_again(monkeypatch):
+    monkeypatch.setenv("TRACEGRAD_NATIVE_WHOLE", "1")   # a matmul: the driver structure anyway
+    vn = tg.value_and_grad(_mlp, argnums=(0, 1, 2, 3), backend="native")
+    sets = [_mlp_args(s) for s in range(3)]
+    for k in range(7):   # alternate the inputs: a stale buffer would show
+        args = sets[k % 3]
+        got, want = vn(*args), _mlp_by_hand(*args)
+        assert tg.cache_info()["target"] == "native"
+        for a, b in zip(_flat(got), _flat(want)):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+    src, ns, _ = _driver(_mlp, *sets[0], argnums=(0, 1, 2, 3))
+    # the hidden layer's intermediates live in buffers kept between calls
+    # (into which a matmul writes with out=); outputs are allocated per call
+    assert "_s = _scratch_value_and_grad.take()" in src and "out=_s[" in src
+    assert "_scratch_value_and_grad.give(_s)" in src
+
+
+def _no_sharing(outs, others):
+    for i, a in enumerate(outs):
+        for j, b in enumerate(outs):
+            if i < j:
+                assert not np.shares_memory(a, b), (i, j)
+        for b in others:
+            assert not np.shares_memory(a, b)
+
+
+@needs_cc
+def test_outputs_are_fresh_and_survive_later_calls(monkeypatch):
+    monkeypatch.setenv("TRACEGRAD_NATIVE_WHOLE", "1")
+
+    def f(W, X):
+        # a view of h and h's sum leave the call: h may not be kept
+        h = np.tanh(X @ W)
+        z = np.exp(-h * h) @ W.T
+        return np.sum(z * z), (h.T, np.sin(z) * 2.0)
+
+    r = np.random.default_rng(1)
+    a1 = (r.standard_normal((6, 6)) * 0.4, r.standard_normal((9, 6)))
+    a2 = (r.standard_normal((6, 6)) * 0.4, r.standard_normal((9, 6)))
+    src, ns, fn = _driver(f, *a1, argnums=(0, 1), has_aux=True)
+    ref1 = tg.value_and_grad(f, argnums=(0, 1), has_aux=True)(*a1)
+    got1 = fn(*a1)
+    keep1 = [a.copy() for a in _flat(got1)]
+    got2 = fn(*a2)
+    for a, b in zip(_flat(got1), keep1):   # the second call wrote none of the first's results
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(_flat(got1), _flat(ref1)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+    kept = [b for s in ns["_scratch_value_and_grad"]._free for b in s]
+    assert kept, "no buffer kept between calls"
+    _no_sharing(_flat(got1) + _flat(got2), kept)
+    # the compiled function as users call it
+    vn = tg.value_and_grad(f, argnums=(0, 1), has_aux=True, backend="native")
+    out1 = vn(*a1)
+    snap = [a.copy() for a in _flat(out1)]
+    out2 = vn(*a2)
+    for a, b in zip(_flat(out1), snap):
+        np.testing.assert_array_equal(a, b)
+    _no_sharing(_flat(out1) + _flat(out2), [])
+
+
+@needs_cc
+def test_two_threads_call_one_driver_at_once(monkeypatch):
+    import threading
+    monkeypatch.setenv("TRACEGRAD_NATIVE_WHOLE", "1")
+    # big enough that the kernels (which run without the GIL) overlap
+    sets = [_mlp_args(s, n=256, d=64, k=256, m=10) for s in (5, 6)]
+    vn = tg.value_and_grad(_mlp, argnums=(0, 1, 2, 3), backend="native")
+    want = [_flat(_mlp_by_hand(*a)) for a in sets]
+    vn(*sets[0])
+    start = threading.Barrier(2)
+    errors, results = [], {0: [], 1: []}
+
+    def work(t):
+        try:
+            start.wait()
+            for _ in range(30):
+                results[t].append(vn(*sets[t]))
+        except BaseException as e:   # noqa: BLE001 -- reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in (0, 1)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    for t in (0, 1):
+        for res in results[t]:
+            for a, b in zip(_flat(res), want[t]):
+                np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+    # every result its own memory
+    allout = [a for t in (0, 1) for res in results[t][-3:] for a in _flat(res)]
+    _no_sharing([a for a in allout if a.ndim], [])
+
+
+@needs_cc
+def test_a_loop_body_driver_keeps_its_buffers_and_a_cap_turns_them_off(monkeypatch):
+    monkeypatch.setenv("TRACEGRAD_NATIVE_WHOLE", "1")
+
+    def f(W, x):
+        def body(i, h):
+            return np.tanh(h @ W + 0.1) * 0.9
+        return np.sum(tg.fori_loop(0, 4, body, x) ** 2)
+
+    r = np.random.default_rng(3)
+    args = (r.standard_normal((8, 8)) * 0.5, r.standard_normal((5, 8)))
+    want = tg.value_and_grad(f, argnums=(0, 1))(*args)
+    for cap in (codegen_c.KEPT_MAX_BYTES, 0):
+        monkeypatch.setattr(codegen_c, "KEPT_MAX_BYTES", cap)
+        vn = tg.value_and_grad(f, argnums=(0, 1), backend="native")
+        for _ in range(3):
+            got = vn(*args)
+            for a, b in zip(_flat(got), _flat(want)):
+                np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+        src = vn.lower(*args).source
+        assert ("_Scratch(" in src) == (cap > 0)
+        tg.clear_cache()
+

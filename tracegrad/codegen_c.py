@@ -31,7 +31,7 @@ import re
 
 import numpy as np
 
-from tracegrad import codegen_c_whole, codegen_cuda
+from tracegrad import codegen, codegen_c_whole, codegen_cuda, ir
 from tracegrad._version import __version__
 from tracegrad.codegen_c_build import (_loader, _loader_text, available, build_error,  # noqa: F401
                                        fallback_notice, mark_broken, recipe, recipe_or_none,
@@ -76,30 +76,150 @@ C = codegen_cuda.Target(
     math=_c_math)
 
 
+# A driver function keeps the buffers of intermediates that never leave the
+# call from one call to the next, up to this many bytes per set of buffers
+# (docs/native.md, "Buffers"); beyond that they are allocated per call.
+KEPT_MAX_BYTES = 64 << 20
+
+
 class Function(codegen_cuda.Function):
-    """One graph lowered to a NumPy driver function calling C kernels."""
+    """One graph lowered to a NumPy driver function calling C kernels.
+
+    Buffers: the NumPy target's planner (``codegen.BufferPlanner``) runs
+    over the driver's statements (one per kernel or NumPy call).  A kernel
+    output, or a NumPy ufunc's result (``out=``), goes into the buffer of a
+    value dead by then with its shape and dtype; failing that, a value that
+    never leaves the call (no graph output is, or may be a view of, it)
+    gets a buffer kept between calls, taken from the function's
+    ``_Scratch`` (native_driver.py.j2) when the call starts and given back
+    when it returns.  Graph outputs are always fresh arrays of this call."""
 
     target = C
     _library_name = "NumPy"
+
+    def __init__(self, g, name, arg_names, doc, module, prefix, internal=False):
+        super().__init__(g, name, arg_names, doc, module, prefix, internal=internal)
+        self.scratch = list(self._plan.kept)
+        if self.scratch:
+            handle = f"_scratch_{self.name}"
+            self.body.insert(0, {"code": f"_s = {handle}.take()",
+                                 "comment": f"{len(self.scratch)} buffers kept between calls",
+                                 "source": None})
+            self.body.append({"code": f"{handle}.give(_s)", "comment": None, "source": None})
 
     @staticmethod
     def _library_emitter(prim):
         return prim.numpy
 
+    # --- buffers ---------------------------------------------------------------------------
+
+    def _plan_buffers(self, g, units, groups):
+        steps, self._step_of = [], {}
+        for i, unit in enumerate(units):
+            if unit[0] == "g":
+                grp = groups[unit[1]]
+                members = set(grp.nodes) | set(grp.reductions)
+                reads = []
+                for w in list(grp.nodes) + list(grp.reductions):
+                    for u in ir.operands(g, w):
+                        if u not in members:
+                            reads.append(u)
+                            if g.nodes[u]["op"] == "broadcast_to":   # the kernel reads its source
+                                reads += ir.operands(g, u)
+                self._step_of[id(grp)] = i
+            else:
+                reads = ir.operands(g, unit[1])
+                self._step_of[unit[1]] = i
+            steps.append(reads)
+        self._steps = steps
+        order = [v for v in ir.topo_order(g) if g.nodes[v]["op"] != "input"]
+        self._plan = codegen.BufferPlanner(g, order, steps, keep_between_calls=True)
+        self._released = 0
+        self._kept_bytes = 0
+        self._c_vars = set()   # variables holding C-contiguous arrays of their node's dtype
+
+    def _advance(self, i):
+        """Statement i is next: pool the buffers of the values dead before it."""
+        while self._released < i:
+            self._plan.release(self._steps[self._released], self._released)
+            self._released += 1
+
+    def _keep(self, shape, dtype):
+        """Room for one more kept buffer?"""
+        n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        if self._kept_bytes + n > KEPT_MAX_BYTES:
+            return False
+        self._kept_bytes += n
+        return True
+
+    def _kernel_output(self, g, v, var, i, names):
+        """The statement giving kernel output v (variable ``var``) its
+        C-contiguous buffer."""
+        plan, d = self._plan, g.nodes[v]
+        what = f"%{v} {d['op']}"
+        u = plan.take(v, i, need=frozenset({"c_order"}))
+        if u is not None:
+            plan.own(v)
+            code, comment = f"{var} = {names[u]}", f"{what}: into the buffer of %{u}, dead"
+        elif plan.may_keep(v) and self._keep(d["shape"], d["dtype"]):
+            code, comment = f"{var} = _s[{plan.keep(v)}]", f"{what} (a buffer kept between calls)"
+        else:
+            plan.own(v, ("c_order",))
+            code, comment = (f"{var} = np.empty({tuple(d['shape'])!r}, dtype={d['dtype'].name!r})",
+                             what)
+        self._c_vars.add(var)
+        self.body.append({"code": code, "comment": comment, "source": None})
+
+    def _library_statement(self, g, v, var, e, prim, args, names):
+        i = self._step_of[v]
+        self._advance(i)
+        d = g.nodes[v]
+        ops = ir.operands(g, v)
+        ufunc = codegen._ufunc_of(prim, len(ops))
+        if not (ufunc and d.get("shape") and d.get("avals") is None):
+            return f"{var} = {e}"
+        plan = self._plan
+        u = plan.take(v, i, codegen.inplace_operands(prim, ufunc, ops))
+        if u is not None:
+            plan.own(v)
+            if "c_order" in plan.tags.get(v, ()):
+                self._c_vars.add(var)
+            return f"{var} = {ufunc}({', '.join(args)}, out={names[u]})"
+        if plan.may_keep(v) and self._keep(d["shape"], d["dtype"]):
+            self._c_vars.add(var)
+            return f"{var} = {ufunc}({', '.join(args)}, out=_s[{plan.keep(v)}])"
+        plan.own(v)
+        return f"{var} = {e}"
+
     def _launch(self, g, kern, kname, module, names, fresh):
         handle = f"_{kname}"
         module.kernel(kname, kern.n)
         module.kernel_handles[-1].update(nargs=len(kern.params), status=0)
-        self._allocate_outputs(g, kern, kname, fresh)
+        i = self._step_of[id(kern.group)]
+        self._advance(i)
+        self.body.append({"code": None, "comment": None,
+                          "source": f"kernel {kname}: {kern.describe(g)}"})
+        for v, var in kern.outputs:
+            self._kernel_output(g, v, var, i, names)
         for (r, var, dt), acc in zip(kern.partials, kern.accs):
             d = g.nodes[r]
             suffix = "f32" if dt == np.float32 else "f64"
             acc.update(r=r, suffix=suffix, acc=f"acc{r}",
                        store=f"part_t{r}[0] = tg_pw_done_{suffix}(&pw{r});")
-            self.body.append({"code": f"{var} = np.empty({tuple(d['shape'])!r}, "
-                                      f"dtype={dt.name!r})",
-                              "comment": f"%{r} sum, finished in {kname}", "source": None})
+            if d["shape"] == () and self._keep((), dt):
+                # read back as a NumPy scalar below: the array never leaves the call
+                self._plan.kept.append(((), dt.name))
+                self.body.append({"code": f"{var} = _s[{len(self._plan.kept) - 1}]",
+                                  "comment": f"%{r} sum, finished in {kname} (a buffer kept "
+                                             f"between calls)", "source": None})
+                self._c_vars.add(var)
+            elif d["shape"] == ():
+                self.body.append({"code": f"{var} = np.empty((), dtype={dt.name!r})",
+                                  "comment": f"%{r} sum, finished in {kname}", "source": None})
+            else:
+                self._kernel_output(g, r, var, i, names)
             names[r] = var
+        fresh |= self._c_vars
         args = []
         for a in kern.args:
             m = re.fullmatch(r"np\.ascontiguousarray\((\w+), dtype='(\w+)'\)", a)
@@ -217,5 +337,6 @@ def generate_driver(functions, source="", transform="", key="", rec=None, standa
                                          if isinstance(f, codegen_c_whole.WholeFunction)],
         functions=[{"name": f.name, "args": f.args, "doc": f.doc, "body": f.body,
                     "returns": f.returns,
-                    "asarray": not isinstance(f, codegen_c_whole.WholeFunction)}
+                    "asarray": not isinstance(f, codegen_c_whole.WholeFunction),
+                    "scratch": getattr(f, "scratch", [])}
                    for f in lowered])

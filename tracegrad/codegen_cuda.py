@@ -378,7 +378,9 @@ class Function:
             return module.constant(u, g.nodes[u]["value"])
 
         prev_src = None
-        for unit in _schedule(g, groups):
+        units = _schedule(g, groups)
+        self._plan_buffers(g, units, groups)
+        for unit in units:
             if unit[0] == "g":
                 grp = groups[unit[1]]
                 kname = f"tg_{prefix}k{len(self.kernels)}"
@@ -421,7 +423,7 @@ class Function:
                     e = emit(args, **d["attrs"])
                 else:
                     e = emit.format(*args, **{k: repr(x) for k, x in d["attrs"].items()})
-                code = f"{var} = {e}"
+                code = self._library_statement(g, v, var, e, prim, args, names)
             names[v] = var
             src = _source_comment(d.get("loc"))
             self.body.append({"code": code, "comment": comment,
@@ -432,6 +434,14 @@ class Function:
         self.returns = "(" + ", ".join(rets) + ("," if len(rets) == 1 else "") + ")"
 
     _library_name = "CuPy"
+
+    def _plan_buffers(self, g, units, groups):
+        """Called once the launch order (``units``) is known, before any
+        statement is printed (the native driver plans its buffers here)."""
+
+    def _library_statement(self, g, v, var, e, prim, args, names):
+        """The statement computing node v with the library call ``e``."""
+        return f"{var} = {e}"
 
     @staticmethod
     def _library_emitter(prim):
