@@ -5,7 +5,7 @@
 # one copy of the build recipe.
 #
 # recipe(): the compiler (CC or cc), its identity and flags: -O2, the ISA
-# level (-march=x86-64-v3 where the CPU and compiler have it), IEEE
+# level (-march=x86-64-v4 or -v3 where the CPU and compiler have it), IEEE
 # arithmetic (no -ffast-math; -fno-math-errno and -fno-trapping-math change
 # no result), glibc's vector math (libmvec) through `#pragma omp simd`,
 # -fopenmp-simd and `__attribute__((simd))` declarations where glibc has
@@ -39,6 +39,7 @@ _MVEC_OLD = ("sin", "cos", "exp", "log", "pow")
 _MVEC_NEW = ("tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
              "exp2", "expm1", "log1p", "log2", "log10", "erf")
 _V3_FLAGS = ("avx", "avx2", "fma", "bmi1", "bmi2", "movbe", "f16c", "abm", "xsave")
+_V4_FLAGS = _V3_FLAGS + ("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl")
 _BASE_FLAGS = ("-O2", "-std=gnu11", "-fPIC", "-shared", "-fopenmp-simd", "-fno-builtin-sin",
                "-fno-builtin-cos", "-fno-math-errno", "-fno-trapping-math")
 _recipes = {}
@@ -56,18 +57,23 @@ def _version_tuple(v):
         return ()
 
 
-def _cpu_has_v3():
+def _cpu_levels():
+    """The x86-64 ISA levels this CPU runs, best first: x86-64-v4 (AVX-512)
+    where it has AVX-512 F/BW/CD/DQ/VL, x86-64-v3 (AVX2, FMA, BMI), or
+    none (another machine, or the flags cannot be read)."""
     if _platform.machine().lower() not in ("x86_64", "amd64"):
-        return False
+        return []
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith("flags"):
                     have = set(line.split(":", 1)[1].split())
-                    return all(fl in have for fl in _V3_FLAGS)
+                    return [lvl for lvl, need in (("x86-64-v4", _V4_FLAGS),
+                                                  ("x86-64-v3", _V3_FLAGS))
+                            if all(fl in have for fl in need)]
     except OSError:
         pass
-    return False
+    return []
 
 
 def _run_compiler(cmd, what):
@@ -234,9 +240,11 @@ def recipe(cc=None, math=None, threads=None):
         ident = (ver.stdout.decode(errors="replace").strip().splitlines() or ["?"])[0]
         flags = list(_BASE_FLAGS)
         isa = "baseline"
-        if _cpu_has_v3() and _try(cmd, flags + ["-march=x86-64-v3"], "", ["-lm"]):
-            flags.append("-march=x86-64-v3")
-            isa = "x86-64-v3"
+        for level in _cpu_levels():    # the best level the compiler takes
+            if _try(cmd, flags + [f"-march={level}"], "", ["-lm"]):
+                flags.append(f"-march={level}")
+                isa = level
+                break
         glibc = _glibc_version()
         funcs = ()
         if math == "vector" and _platform.machine().lower() in ("x86_64", "amd64") and glibc:

@@ -784,3 +784,29 @@ def test_a_loop_body_driver_keeps_its_buffers_and_a_cap_turns_them_off(monkeypat
         assert ("_Scratch(" in src) == (cap > 0)
         tg.clear_cache()
 
+
+def test_isa_level_is_the_best_the_cpu_runs(monkeypatch):
+    ns = codegen_c._loader()["_cpu_levels"].__globals__   # the loader's own namespace
+    flags_v3 = "fpu sse2 avx avx2 fma bmi1 bmi2 movbe f16c abm xsave"
+    for flags, want in ((flags_v3, ["x86-64-v3"]),
+                        (flags_v3 + " avx512f avx512bw avx512cd avx512dq avx512vl",
+                         ["x86-64-v4", "x86-64-v3"]),
+                        (flags_v3 + " avx512f", ["x86-64-v3"]),   # no BW/CD/DQ/VL: not v4
+                        ("fpu sse2 avx", [])):
+        import io
+        monkeypatch.setitem(ns, "open", lambda *a, _t=flags, **k: io.StringIO(f"flags\t: {_t}\n"))
+        monkeypatch.setattr(ns["_platform"], "machine", lambda: "x86_64")
+        assert ns["_cpu_levels"]() == want
+        monkeypatch.undo()
+
+
+@needs_cc
+def test_recipe_isa_flag_matches_its_identity():
+    rec = codegen_c.recipe()
+    levels = codegen_c._loader()["_cpu_levels"]()
+    assert rec["isa"] == "baseline" or rec["isa"] in levels
+    if rec["isa"] != "baseline":
+        assert f"-march={rec['isa']}" in rec["flags"]
+        # never a level above what the CPU runs
+        assert levels.index(rec["isa"]) >= 0
+    assert f"isa={rec['isa']}" in rec["identity"]
