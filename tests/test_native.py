@@ -810,3 +810,31 @@ def test_recipe_isa_flag_matches_its_identity():
         # never a level above what the CPU runs
         assert levels.index(rec["isa"]) >= 0
     assert f"isa={rec['isa']}" in rec["identity"]
+
+
+@needs_cc
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_driver_results_survive_a_later_call(name, monkeypatch):
+    # every corpus graph in the driver structure: a second call with other
+    # inputs leaves the first call's results as they were, and no result
+    # shares memory with another or with a buffer kept between calls
+    monkeypatch.setenv("TRACEGRAD_NATIVE_WHOLE", "0")
+    fn, _, argnums, _ = CORPUS[name]
+    a1 = _args(name, np.float64)
+    a2 = tuple(a * 1.25 + 0.125 if np.asarray(a).dtype.kind == "f" else a for a in a1)
+    if argnums is None:
+        compiled, fname = tg.compile(fn, backend="native"), "forward"
+    else:
+        compiled, fname = tg.value_and_grad(fn, argnums=argnums, backend="native"), "value_and_grad"
+    ns = {"__name__": "native_test"}
+    exec(compile(compiled.lower(*a1).source, "<native>", "exec"), ns)
+    f = ns[fname]
+    r1 = _flat(f(*a1))
+    snap = [a.copy() for a in r1]
+    r2 = _flat(f(*a2))
+    for a, b in zip(r1, snap):
+        np.testing.assert_array_equal(a, b)
+    kept = [b for k, v in ns.items() if k.startswith("_scratch_") for s in v._free for b in s]
+    _no_sharing([a for a in r1 + r2 if a.ndim], kept)
+    for a, b in zip(r2, _flat(compiled(*a2))):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13 * max(1.0, float(np.max(np.abs(b)))))
