@@ -389,3 +389,26 @@ def test_torch_dialect_loops(dtype):
     tol = 1e-5 if dtype == "float32" else RTOL
     np.testing.assert_allclose(out.numpy(), y.detach().numpy(), rtol=tol)
     np.testing.assert_allclose(tg.grad(f)(x.detach()).numpy(), x.grad.numpy(), rtol=tol)
+
+
+def _simulate(v0, n):           # a helper the compiled function calls by its global name
+    x = np.zeros(3)
+    v = v0
+    for _ in range(n):
+        v = v + 0.01 * (-0.1 * v * np.sqrt(np.sum(v * v)) + G)
+        x = x + 0.01 * v
+    return x
+
+
+def miss_through_a_helper(v0, n):
+    return np.sum((_simulate(v0, n) - TARGET) ** 2)
+
+
+def test_loops_in_the_functions_it_calls_are_rewritten():
+    f = tg.value_and_grad(miss_through_a_helper, static_argnums=(1,))
+    assert f.lower(V0, 300).graph.number_of_nodes() == f.lower(V0, 30_000).graph.number_of_nodes()
+    v, g = f(V0, 300)
+    v_ref, g_ref = _as_written(miss_through_a_helper, V0, 300, static_argnums=(1,))
+    np.testing.assert_allclose(v, v_ref, rtol=RTOL)
+    np.testing.assert_allclose(g, g_ref, rtol=RTOL)
+    assert loop_rewrite.rewrite_called(np.linspace) is None       # not the user's code

@@ -429,8 +429,9 @@ def rewrite(fn):
     if not isinstance(fn, types.FunctionType):
         return None
     code = fn.__code__
-    if code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
-        return None
+    if "range" not in code.co_names or code.co_flags & (
+            inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
+        return None     # (the cheap test first: most functions have no loop to rewrite)
     new = _rewritten_code(code)
     if new is None:
         return None
@@ -441,6 +442,34 @@ def rewrite(fn):
     g.__qualname__, g.__module__, g.__doc__ = fn.__qualname__, fn.__module__, fn.__doc__
     g.__dict__.update(fn.__dict__)
     return g
+
+
+_LIBRARY_DIRS = None
+
+
+def _library_code(code):
+    """Is ``code`` from Python's own library, an installed package or
+    tracegrad?  (Their loops are not the user's to rewrite.)"""
+    global _LIBRARY_DIRS
+    if _LIBRARY_DIRS is None:
+        import sysconfig
+        paths = sysconfig.get_paths()
+        _LIBRARY_DIRS = tuple({os.path.realpath(paths[k]) + os.sep
+                               for k in ("stdlib", "platstdlib", "purelib", "platlib")
+                               if paths.get(k)}
+                              | {os.path.dirname(os.path.abspath(__file__)) + os.sep})
+    name = code.co_filename
+    return name.startswith("<") or os.path.realpath(name).startswith(_LIBRARY_DIRS)
+
+
+def rewrite_called(fn):
+    """``rewrite`` for a function the compiled function calls by a global
+    name: only the user's own code (not the standard library, installed
+    packages or tracegrad), and only when it has a loop over ``range``."""
+    code = getattr(fn, "__code__", None)
+    if code is None or "range" not in code.co_names or _library_code(code):
+        return None
+    return rewrite(fn)
 
 
 # --- the loop at run time ----------------------------------------------------------------------

@@ -577,19 +577,20 @@ def trace_function(fn, leaves_avals, rebuild_args, names, backend="numpy", faces
     for ndarrays and numbers, "torch" for Tensors; all "numpy" by default);
     rebuild_args(tracers) -> (args, kwargs).  Returns (trace, out_treedef).
 
-    The function's ``for ... in range(...)`` loops are first rewritten into
-    loop nodes (``tracegrad.loop_rewrite``); when one cannot stand for the
-    loop as written, the function is traced again as written."""
-    rewritten = loop_rewrite.rewrite(fn)
-    if rewritten is not None:
+    The ``for ... in range(...)`` loops of the function, and of the
+    functions it calls by a global name, are first rewritten into loop nodes
+    (``tracegrad.loop_rewrite``); when one cannot stand for the loop as
+    written, the function is traced again as written."""
+    if loop_rewrite.enabled():
         try:
-            return _trace_once(fn, rewritten, leaves_avals, rebuild_args, names, backend, faces)
+            return _trace_once(fn, loop_rewrite.rewrite(fn) or fn, leaves_avals, rebuild_args,
+                               names, backend, faces, loop_rewrite.rewrite_called)
         except loop_rewrite.RetraceAsWritten:
             pass
     return _trace_once(fn, fn, leaves_avals, rebuild_args, names, backend, faces)
 
 
-def _trace_once(fn, run, leaves_avals, rebuild_args, names, backend, faces):
+def _trace_once(fn, run, leaves_avals, rebuild_args, names, backend, faces, functions=None):
     trace = Trace(backend)
     faces = faces or ["numpy"] * len(leaves_avals)
     tracers = [trace.new_input(a, n, f) for a, n, f in zip(leaves_avals, names, faces)]
@@ -598,7 +599,7 @@ def _trace_once(fn, run, leaves_avals, rebuild_args, names, backend, faces):
     with tracing_random_draws(trace, fn, args, kwargs) as (args, kwargs):
         # NumPy arrays fn names (globals, closures) accept traced indices
         from tracegrad.ops.indexing import indexable_constants
-        out = indexable_constants(run)(*args, **kwargs)
+        out = indexable_constants(run, functions)(*args, **kwargs)
     out_leaves, out_tree = tree_flatten(out)
     for o in out_leaves:
         if isinstance(o, Tracer):

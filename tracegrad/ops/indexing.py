@@ -625,11 +625,25 @@ class IndexableArray(np.ndarray):
 
 
 def _indexable(v, memo):
+    if type(v) is types.FunctionType and memo.get("functions") is not None:
+        return _traced_function(v, memo)
     if type(v) is not np.ndarray:
         return v
     w = memo.get(id(v))
     if w is None:
         w = memo[id(v)] = (v.view(IndexableArray), v)  # keep v alive: ids stay unique
+    return w[0]
+
+
+def _traced_function(f, memo):
+    """A function the traced function names as a global, as the tracer
+    calls it: ``memo["functions"](f)`` (tracegrad.trace passes the loop
+    rewrite) when it returns a new function, with its own globals seen as
+    here; else ``f`` itself."""
+    w = memo.get(id(f))
+    if w is None:
+        g = memo["functions"](f)
+        w = memo[id(f)] = (f if g is None else _with_indexable(g, memo, 1), f)
     return w[0]
 
 
@@ -662,8 +676,8 @@ class _IndexableGlobals(dict):
         """Globals the traced function assigned (``global n; n += 1``) reach
         the module, as they would without tracing; an array view stands for
         the array it views."""
-        views = {id(w): v for w, v in self._memo.values() if isinstance(w, IndexableArray)} \
-            if self._memo else {}
+        views = {id(e[0]): e[1] for e in self._memo.values()
+                 if type(e) is tuple and isinstance(e[0], IndexableArray)}
         for key, value in dict.items(self):
             if key not in ("__builtins__", "__name__"):
                 self._base[key] = views.get(id(value), value)
@@ -705,16 +719,18 @@ def _cell_holds_array(cell):
         return False
 
 
-def indexable_constants(fn):
+def indexable_constants(fn, functions=None):
     """``fn`` as the tracer calls it: the NumPy arrays it names as globals,
     closure variables and defaults (and a partial's bound arguments) are
     IndexableArray views, so ``data[i]``, ``data[i * n:(i + 1) * n]`` and
     ``np.take(data, idx)`` record graph nodes when the index is traced.
     Arrays reached in other ways (an attribute, another module) stay plain
-    ndarrays: pass those as arguments to index them by traced values."""
-    memo = {}
+    ndarrays: pass those as arguments to index them by traced values.
+    ``functions(f)``: a replacement for a function ``fn`` names as a global
+    (or None to keep it)."""
+    memo = {"functions": functions, "scopes": []}
     traced = _with_indexable(fn, memo)
-    scopes = memo.pop("scopes", ())
+    scopes = memo["scopes"]     # grows while fn runs: functions it calls get theirs
     if not scopes:
         return fn
 
