@@ -326,14 +326,27 @@ def build(source, out_path, rec, extra=()):
 _private_dir = []
 
 
+def _numpy_include():
+    """The folder of NumPy's C headers (numpy/arrayobject.h), else None."""
+    import numpy
+    inc = numpy.get_include()
+    return inc if _os.path.isfile(_os.path.join(inc, "numpy", "arrayobject.h")) else None
+
+
 def load_library(source, module_file, rec):
     """(library, entry) for ``source``: a CPython extension module whose
-    functions take the arrays (entry "python": METH_FASTCALL, the buffers
-    checked in C) where Python's headers are installed, else a ctypes
-    library taking pointers (entry "ctypes").  The object lies beside
+    functions take the arrays (entry "python": METH_FASTCALL, the arrays
+    checked in C) where Python's and NumPy's headers are installed, else a
+    ctypes library taking pointers (entry "ctypes").  The object lies beside
     ``module_file`` (a generated module on disk) when that folder is ours
-    and writable, else in a private temporary folder; built on first use."""
-    digest = _hashlib.sha256((source + "\0" + rec["identity"]).encode()).hexdigest()[:16]
+    and writable, else in a private temporary folder; built on first use.
+    The extension is built against NumPy's headers (its C API), so NumPy's
+    version is part of the object's name."""
+    import numpy
+    np_inc = _numpy_include() if rec.get("entry") == "python" else None
+    entry = "python" if np_inc else "ctypes"
+    digest = _hashlib.sha256((source + "\0" + rec["identity"] + "\0" + entry + " numpy=" +
+                              numpy.__version__).encode()).hexdigest()[:16]
     folder = None
     if module_file and module_file.endswith(".py") and _os.path.isfile(module_file):
         folder = _os.path.dirname(_os.path.abspath(module_file))
@@ -347,11 +360,11 @@ def load_library(source, module_file, rec):
             _private_dir.append(_tempfile.mkdtemp(prefix="tracegrad-native-"))   # mode 0700
         folder, base = _private_dir[0], "module"
     path = _os.path.join(folder, f"{base}-{digest}.so")
-    if rec.get("entry") == "python":
+    if entry == "python":
         name = f"tg_{digest}"
         if not _safe_object(path):
             build(source, path, rec, ["-DTG_PYTHON_ENTRY", f"-DTG_MODULE_NAME={name}",
-                                      "-I" + rec["python_include"]])
+                                      "-I" + rec["python_include"], "-I" + np_inc])
         import importlib.machinery
         import importlib.util
         loader = importlib.machinery.ExtensionFileLoader(name, path)
