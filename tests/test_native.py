@@ -76,7 +76,7 @@ def test_w2_is_one_c_kernel_with_fused_pairwise_sum(whole, monkeypatch):
     k = "tg_wk" if whole == "1" else "tg_k"
     assert src.count(f"void {k}") == 1, src
     assert "#pragma omp simd reduction(+:" in src and "tg_pw_push_f64" in src
-    assert ("    _tg_whole(" if whole == "1" else "    _tg_k0(") in src
+    assert ("        return _tg_whole(" if whole == "1" else "    _tg_k0(") in src
     # the sum is accurate: blocked, then pairwise (a sequential sum is not)
     x = np.full(1_000_003, 0.1)
     f = tg.compile(lambda x: np.sum(x * 1.5), backend="native")
@@ -479,8 +479,93 @@ def test_whole_function_takes_arrays_as_they_come_and_converts_the_rest(whole_on
         _assert_close(got, ref, np.float64)
     _assert_close(ns["value_and_grad"](x), want, np.float64)
     if ns["_ENTRY"] == "python":
-        with pytest.raises(TypeError, match="element type 'l'"):
-            ns["_tg_whole"](np.arange(16), np.empty(()), np.empty(16))
+        with pytest.raises(TypeError, match="argument 0 has dtype int64, the function needs "
+                                            "float64"):
+            ns["_tg_whole"](np.arange(16))
+
+
+def _whole_module(src, entry):
+    """The generated module run with the given entry ("python", or "ctypes"
+    as on a machine without Python's headers)."""
+    if entry == "ctypes":
+        src = src.replace("'entry': 'python'", "'entry': 'ctypes'").replace(
+            "entry=python", "entry=ctypes")
+    ns = {"__name__": f"native_whole_{entry}"}
+    exec(compile(src, "<native>", "exec"), ns)
+    return ns
+
+
+@needs_cc
+@pytest.mark.parametrize("entry", ["python", "ctypes"])
+def test_whole_entry_allocates_fresh_outputs_and_returns_numpy_scalars(entry, whole_on):
+    # the entry takes the inputs only, allocates the outputs itself (fresh
+    # arrays every call) and returns a computed 0-d value as a NumPy scalar,
+    # as `a[()]` gives; a 0-d value that is a view (reshape) stays a 0-d array
+    if entry == "python" and codegen_c.recipe()["entry"] != "python":
+        pytest.skip("Python's headers are not installed: whole functions go through ctypes")
+    x = np.linspace(0.1, 1.0, 16)
+    src = tg.value_and_grad(rosenbrock, backend="native").lower(x).source
+    ns = _whole_module(src, entry)
+    assert ns["_ENTRY"] == entry
+    want = tg.value_and_grad(rosenbrock)(x)
+    vg = ns["value_and_grad"]
+    a, b = vg(x), vg(x)
+    assert type(a) is tuple and len(a) == 2
+    assert type(a[0]) is np.float64 and type(b[0]) is np.float64
+    assert a[1] is not b[1] and not np.shares_memory(a[1], b[1])
+    assert not np.shares_memory(a[1], x)
+    assert a[1].dtype == np.float64 and a[1].shape == (16,) and a[1].flags.c_contiguous
+    assert a[1].flags.writeable and a[1].flags.owndata
+    a[1][:] = 7.0                                   # the caller owns its arrays
+    _assert_close(vg(x), want, np.float64)
+    _assert_close(b, want, np.float64)
+    # the fallback converts what the entry refuses: another dtype, a
+    # non-contiguous view, swapped bytes, a list, float32
+    for arg in (np.arange(16), np.linspace(0.1, 1.0, 32)[::2], x.astype(">f8"), list(x),
+                x.astype(np.float32)):
+        ref = tg.value_and_grad(rosenbrock)(np.asarray(arg, dtype=np.float64))
+        got = vg(arg)
+        assert type(got[0]) is np.float64
+        _assert_close(got, ref, np.float64)
+    # a wrong size is an error, from the entry and through the fallback
+    with pytest.raises(ValueError, match="argument 0 holds 120 bytes, the function needs 128"):
+        vg(np.linspace(0.1, 1.0, 15))
+    with pytest.raises(ValueError, match="holds 120 bytes"):
+        ns["_tg_whole"](np.linspace(0.1, 1.0, 15))
+    with pytest.raises(TypeError, match="takes 1 array"):
+        ns["_tg_whole"](x, x)
+
+    # float32, int64 and bool outputs; a 0-d view output; several outputs
+    def f(x, k):
+        y = np.sum(x * 2.0)
+        return y, np.reshape(np.sum(x, keepdims=True), ()), (k * 3) % 5, k > 2
+
+    xf = np.linspace(0.5, 1.5, 6, dtype=np.float32)
+    k = np.arange(6)
+    fn = tg.compile(f, backend="native")
+    src = fn.lower(xf, k).source
+    assert "the whole graph: one C call" in src
+    ns = _whole_module(src, entry)
+    got = ns["forward"](xf, k)
+    want = tg.compile(f)(xf, k)
+    for g_, w_ in zip(got, want):
+        assert type(g_) is type(w_), (type(g_), type(w_))
+        assert np.asarray(g_).dtype == np.asarray(w_).dtype
+        np.testing.assert_allclose(g_, w_, rtol=1e-6)
+    again = ns["forward"](xf, k)
+    assert again[2] is not got[2] and not np.shares_memory(again[2], got[2])
+
+
+@needs_cc
+def test_whole_entry_keeps_the_gil_for_tiny_work_only(whole_on):
+    x = np.linspace(0.1, 1.0, 16)
+    csrc = _c_source(tg.value_and_grad(rosenbrock, backend="native"), x)
+    entry = csrc[csrc.index("static PyObject* py_tg_whole"):]
+    assert "run with the GIL held" in entry and "Py_BEGIN_ALLOW_THREADS" not in entry
+    big = np.linspace(0.1, 1.0, 100_000)
+    csrc = _c_source(tg.value_and_grad(rosenbrock, backend="native"), big)
+    entry = csrc[csrc.index("static PyObject* py_tg_whole"):]
+    assert "Py_BEGIN_ALLOW_THREADS" in entry
 
 
 # --- threads (TRACEGRAD_NUM_THREADS) for large kernels --------------------------------------

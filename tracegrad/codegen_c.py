@@ -6,8 +6,9 @@ accumulators) and its driver structure; this module is the CPU's row of the
 per-target table (STYLE.md, 5): the loop header and the blocked pairwise
 epilogue of a fused sum (``native_kernels.c.j2``), the math prelude (C's
 ``f``-suffixed float functions, ``_Generic`` helpers, glibc's vector math
-declarations), and the entry: a ctypes call from a NumPy driver
-(``native_driver.py.j2``).  Matrix products, reductions over some axes,
+declarations), and the entry: a CPython extension function per kernel
+(``native_kernels.c.j2``; a ctypes call where Python's or NumPy's headers
+are missing) from a NumPy driver (``native_driver.py.j2``).  Matrix products, reductions over some axes,
 indexing and shape ops stay NumPy calls between the kernels, so BLAS does
 the matrix products.
 
@@ -194,7 +195,7 @@ class Function(codegen_cuda.Function):
     def _launch(self, g, kern, kname, module, names, fresh):
         handle = f"_{kname}"
         module.kernel(kname, kern.n)
-        module.kernel_handles[-1].update(nargs=len(kern.params), status=0)
+        module.kernel_handles[-1].update(nargs=len(kern.params))
         i = self._step_of[id(kern.group)]
         self._advance(i)
         self.body.append({"code": None, "comment": None,
@@ -251,8 +252,35 @@ def threaded(kern):
                                                for s in kern.body)
 
 
+# Below this many element operations a call runs its C code without
+# releasing the GIL: releasing and taking it back costs 40-50 ns, more than
+# tiny work takes, and other threads wait a few microseconds at most.
+GIL_MIN_WORK = 1 << 13
+
+
+def _npy_type(dtype):
+    """NumPy's C type number of a dtype name (NPY_FLOAT64, NPY_BOOL, ...)."""
+    return "NPY_BOOL" if dtype == "bool" else f"NPY_{dtype.upper()}"
+
+
+def whole_entry(f):
+    """The template's view of a whole function's entry: it takes the input
+    arrays (and large constants), checks them, allocates the outputs and
+    returns them (0-d computed values as NumPy scalars)."""
+    n_in = len(f.params) - len(f.out_params)
+    ins = [{"ctype": ct, "bytes": n * _C_SIZES[ct], "npy": _npy_type(dt), "dtype": dt}
+           for (_, ct, n, _w), (dt, _n) in zip(f.params[:n_in], f.in_info)]
+    outs = [dict(o, p=p, ctype=ct, npy=_npy_type(o["dtype"]))
+            for p, (o, (_, ct, _n, _w)) in enumerate(zip(f.outs, f.out_params))]
+    call = [f"in{j}" for j in range(n_in)] + [
+        f"&s{p}" if o["scalar"] else f"({o['ctype']}*)PyArray_DATA((PyArrayObject*)out[{p}])"
+        for p, o in enumerate(outs)]
+    return {"name": f.cname, "ins": ins, "outs": outs, "work": f.work, "call_args": call,
+            "gil": f.work >= GIL_MIN_WORK}
+
+
 def c_source(functions, lowered, g_of, rec, header=()):
-    kernels, entries, wholes = [], [], []
+    kernels, entries, wholes, whole_entries = [], [], [], []
 
     def kernel_dict(kern, g):
         k = kern.render_dict(g)
@@ -267,22 +295,20 @@ def c_source(functions, lowered, g_of, rec, header=()):
             for kern, g in f.kernels:
                 kernels.append(kernel_dict(kern, g))
             wholes.append(f.c_text())
-            entries.append({"name": f.cname, "status": 1,
-                            "args": [{"ctype": ct, "bytes": n * _C_SIZES[ct], "writable": int(w),
-                                      "cast": decl.rsplit(" ", 1)[0].replace(" __restrict__", ""),
-                                      "fmt": _FORMATS[ct]}
-                                     for decl, ct, n, w in f.params]})
+            whole_entries.append(whole_entry(f))
             continue
         for kern in f.kernels:
             k = kernel_dict(kern, g_of[id(f)])
+            k["gil"] = kern.n >= GIL_MIN_WORK
             kernels.append(k)
-            entries.append({"name": k["name"], "status": 0, "args": k["args"]})
+            entries.append({"name": k["name"], "args": k["args"], "n": kern.n, "gil": k["gil"]})
     loader = _loader()
     funcs = rec["vector_math"] if rec else []
     return codegen_cuda._jinja().get_template("native_kernels.c.j2").render(
         version=__version__, header=list(header), kernels=kernels, vector_math=funcs,
         parallel_min=PARALLEL_MIN, parallel_min_math=PARALLEL_MIN_MATH,
-        vector_decls=loader["vector_math_decls"](funcs), entries=entries, wholes=wholes)
+        vector_decls=loader["vector_math_decls"](funcs), entries=entries, wholes=wholes,
+        whole_entries=whole_entries, gil_min=GIL_MIN_WORK)
 
 
 def _lower(functions):
@@ -331,10 +357,11 @@ def generate_driver(functions, source="", transform="", key="", rec=None, standa
         loader=_loader_text(), needs_math=module.needs_math,
         needs_base64=module.needs_base64, helpers=module.helpers,
         constants=module.constants,
-        kernels=module.kernel_handles + [{"handle": f"_{f.cname}", "name": f.cname,
-                                          "nargs": len(f.params), "status": 1}
-                                         for f in lowered
-                                         if isinstance(f, codegen_c_whole.WholeFunction)],
+        kernels=module.kernel_handles,
+        wholes=[{"handle": f"_{f.cname}", "name": f.cname,
+                 "inputs": [(dt, n) for dt, n in f.in_info],
+                 "outputs": [(o["shape"], o["dtype"], o["scalar"]) for o in f.outs]}
+                for f in lowered if isinstance(f, codegen_c_whole.WholeFunction)],
         functions=[{"name": f.name, "args": f.args, "doc": f.doc, "body": f.body,
                     "returns": f.returns,
                     "asarray": not isinstance(f, codegen_c_whole.WholeFunction),

@@ -17,9 +17,13 @@ branches...) keeps the driver structure of ``codegen_c.Function``.
 Storage: each value is a buffer of its static shape, on the stack while
 the function's stack use stays small (``STACK_BYTES``), on the heap
 otherwise; a loop body's buffers are declared once, outside the loop.
-The graph's outputs are allocated by the Python driver with NumPy and
-written in place where the value is computed; large constants are passed
-from the driver as arguments, small ones are local arrays.
+The graph's outputs are allocated by the entry (the extension's function,
+with NumPy's C API, or the driver's ``_whole`` wrapper under ctypes), fresh
+each call, and written in place where the value is computed; the entry
+returns them (a computed 0-d value as a NumPy scalar).  Large constants are
+passed from the driver as arguments after the inputs, small ones are local
+arrays.  ``work`` counts the element operations of one call: under
+``codegen_c.GIL_MIN_WORK`` the entry keeps the GIL.
 """
 from __future__ import annotations
 
@@ -129,9 +133,14 @@ class WholeFunction:
         self.frees = []
         self.allocs = []
         self.lines = []          # C statements
-        self.params = []         # (C declaration, C type, elements, writable)
-        self.call = []           # driver expressions, one per parameter
+        self.params = []         # (C declaration, C type, elements, writable): inputs, constants
+        self.in_info = []        # per input parameter: (dtype name, elements)
+        self.out_params = []     # the outputs' parameters, after the inputs' (same form)
+        self.outs = []           # per output parameter: shape, dtype, scalar, node
+        self.call = []           # driver expressions, one per input parameter
         self.body = []           # driver statements
+        self.work = 0            # element operations of one call (loops counted in full)
+        self._mult = 1           # steps of the loops being emitted
         self._n = 0
         self._stack = 0
         self._memo = {}
@@ -144,10 +153,12 @@ class WholeFunction:
             ct = codegen_cuda.ctype(d["dtype"])
             pname = f"in{j}"
             self.params.append((f"const {ct}* __restrict__ {pname}", ct, _size(d["shape"]), False))
+            self.in_info.append((d["dtype"].name, _size(d["shape"])))
             self.call.append(f"np.ascontiguousarray({a}, dtype={d['dtype'].name!r})")
             self._raw.append(a)
             names[v] = pname
-        # outputs: allocated by the driver, written where they are computed
+        # outputs: allocated by the entry (fresh each call), written where
+        # they are computed
         self.out_param = {}
         outs = g.graph["outputs"]
         rets = []
@@ -160,12 +171,7 @@ class WholeFunction:
                 continue
             ct = codegen_cuda.ctype(d["dtype"])
             pname = f"out{p}"
-            self.params.append((f"{ct}* __restrict__ {pname}", ct, _size(d["shape"]), True))
-            self.call.append(f"_o{p}")
-            self._raw.append(f"_o{p}")
-            self.body.append({"code": f"_o{p} = np.empty({tuple(d['shape'])!r}, "
-                                      f"dtype={d['dtype'].name!r})",
-                              "comment": f"%{v} {d['op']}", "source": None})
+            self.out_params.append((f"{ct}* __restrict__ {pname}", ct, _size(d["shape"]), True))
             if v in self.out_param:
                 post.append((pname, v))
             elif d["op"] in _VIEWS or d["op"] == "proj":
@@ -173,26 +179,37 @@ class WholeFunction:
                 self.out_param.setdefault(v, None)
             else:
                 self.out_param[v] = pname
+            # a computed 0-d value is a NumPy scalar, as NumPy's sum gives
             scalar = d["shape"] == () and (d["op"] == "sum" or passes.fusible(g, v))
-            rets.append(f"_o{p}[()]" if scalar else f"_o{p}")
+            rets.append(f"_r[{len(self.outs)}]")
+            self.outs.append({"shape": tuple(int(n) for n in d["shape"]),
+                              "dtype": d["dtype"].name, "scalar": scalar, "node": v,
+                              "what": f"%{v} {d['op']} {d['dtype']}{list(d['shape'])}"})
         self._emit(g, names, "    ")
         for pname, v in post:
             d = g.nodes[v]
             self.lines.append(f"    memcpy({pname}, {names[v]}, "
                               f"{_size(d['shape'])} * sizeof(*{pname}));  // %{v} out")
-        # the arrays as they come where the extension checks their element
-        # types (_FAST); converted by NumPy otherwise, or when they do not fit
-        fast = [f"{a}" if c.startswith("np.ascontiguousarray(") else c
-                for a, c in zip(self._raw, self.call)]
+        self.params += self.out_params
+        # the arrays as they come (the entry checks their element types,
+        # layout and sizes); converted by NumPy when they do not fit
         conv = f"_{self.cname}({', '.join(self.call)})"
+        direct = rets == [f"_r[{k}]" for k in range(len(self.outs))]
+        got = "return " if direct else "_r = "
+        what = ", ".join(o["what"] + (" (a NumPy scalar)" if o["scalar"] else "")
+                         for o in self.outs)
         self.body += [
+            {"code": None, "comment": None,
+             "source": f"the whole graph: one C call; it returns {what or 'nothing'}, "
+                       f"fresh each call"},
             {"code": "try:", "comment": None, "source": None},
-            {"code": f"    _{self.cname}({', '.join(fast)}) if _FAST else {conv}",
-             "comment": "the whole graph: one C call", "source": None},
+            {"code": f"    {got}_{self.cname}({', '.join(self._raw)})", "comment": None,
+             "source": None},
             {"code": "except (TypeError, ValueError, BufferError):", "comment": None,
              "source": None},
-            {"code": f"    {conv}", "comment": "arguments converted by NumPy", "source": None}]
-        self.returns = "(" + ", ".join(rets) + ("," if len(rets) == 1 else "") + ")"
+            {"code": f"    {got}{conv}", "comment": "arguments converted by NumPy", "source": None}]
+        self.returns = None if direct else \
+            "(" + ", ".join(rets) + ("," if len(rets) == 1 else "") + ")"
 
     # --- storage ------------------------------------------------------------------------
 
@@ -236,6 +253,7 @@ class WholeFunction:
             drv = self.module.constant(u, arr)
             name = f"cst{len(self.params)}"
             self.params.append((f"const {ct}* __restrict__ {name}", ct, arr.size, False))
+            self.in_info.append((arr.dtype.name, arr.size))
             self.call.append(drv)
             self._raw.append(drv)
         names[u] = name
@@ -274,6 +292,7 @@ class WholeFunction:
                     all(w in member for w in g.successors(v)):
                 continue   # the kernels read its operand through broadcast strides
             src = self._operand(g, ops[0], names, top) if ops else None
+            self.work += self._mult * _size(g.nodes[ops[0]]["shape"] if op == "sum" else d["shape"])
             out = self._node_buf(g, v, top)
             names[v] = out
             shape = tuple(d["shape"])
@@ -383,6 +402,7 @@ class WholeFunction:
             return self._const(g, u, names, top)
         kern = codegen_cuda.Kernel(kname, grp, g, kn, const_name, WHOLE)
         self.kernels.append((kern, g))
+        self.work += self._mult * kern.n
         repl = {}
         for v, var in kern.outputs:
             names[v] = self._node_buf(g, v, top)
@@ -443,7 +463,9 @@ class WholeFunction:
         pos += nx_
         for j, c in enumerate(consts):
             bn[bins[pos + j]] = c
+        self._mult *= n
         self._emit(bg, bn, ind2, top=False)
+        self._mult //= n
         bouts = bg.graph["outputs"]
         for j, u in enumerate(bouts[nc:]):
             av = avals[nc + j]
