@@ -21,6 +21,9 @@ from tracegrad import cache, code_deps, distributed
 from tracegrad.cache import _stats   # the counters tg.cache_info() reports
 from tracegrad._version import __version__
 from tracegrad.autograd.profiler_state import _state as _prof_state
+from tracegrad.autograd.profiler_state import recording_anywhere as _profiling
+
+_ndarray = np.ndarray
 from tracegrad.graph_call import leaf_array
 from tracegrad import primitives
 from tracegrad.primitives import Aval
@@ -234,28 +237,46 @@ class Compiled:
 
     # --- calls -----------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
+        # The hottest path first: one ndarray of a signature built before, no
+        # guard to check, no profiler (the general path below says the same).
+        if len(args) == 1 and not kwargs:
+            a = args[0]
+            if type(a) is _ndarray:
+                run = self._arrays_only.get((a.shape, a.dtype.char))
+                if run is not None and self._tables.guard is None and not _profiling[0]:
+                    _stats["memory_hits"] += 1
+                    return run(*args)
         if not self.compiled:
             return self._call_eager(args, kwargs)
-        guard = self._tables.guard
-        if guard is not None:
-            changed = guard.changed()
+        tables = self._tables
+        if tables.guard is not None:
+            changed = tables.guard.changed()
             if changed is not None:
                 self._forget_traces(changed)
-        if _prof_state.current is not None:
+        if _profiling[0] and _prof_state.current is not None:
             return self._call_profiled(args, kwargs)
-        # Fast path: positional ndarrays only, a signature seen before.
+        # Fast path: positional ndarrays only, a signature seen before (the
+        # one-argument case spelled out: it is most of the cost of a small call).
         if not kwargs:
-            key = []
-            for a in args:
-                if type(a) is not np.ndarray:
-                    break
-                key.append(a.shape)
-                key.append(a.dtype.char)
+            if len(args) == 1:
+                a = args[0]
+                if type(a) is np.ndarray:
+                    run = tables.arrays_only.get((a.shape, a.dtype.char))
+                    if run is not None:
+                        _stats["memory_hits"] += 1
+                        return run(*args)
             else:
-                run = self._arrays_only.get(tuple(key))
-                if run is not None:
-                    _stats["memory_hits"] += 1
-                    return run(args)
+                key = []
+                for a in args:
+                    if type(a) is not np.ndarray:
+                        break
+                    key.append(a.shape)
+                    key.append(a.dtype.char)
+                else:
+                    run = tables.arrays_only.get(tuple(key))
+                    if run is not None:
+                        _stats["memory_hits"] += 1
+                        return run(*args)
         leaves, ranges, kw_tree, statics, names = self._flatten(args, kwargs)
         if _inside_another_transform(leaves, self.kind):
             if self.kind == "forward":
@@ -332,31 +353,29 @@ class Compiled:
             prof._end(ev)
 
     def _runner(self, entry, ranges):
-        """A minimal closure for calls whose arguments are all ndarrays."""
+        """A minimal function of the arguments for calls whose arguments
+        are all ndarrays (the generated function itself where its result is
+        the call's)."""
         fn = entry.fns
         kind = self.kind
         single_out = entry.out_tree == ("leaf",)
         if kind == "forward" and single_out:
-            return lambda a: fn(*a)[0]
+            return lambda *a: fn(*a)[0]
         if kind in ("grad", "value_and_grad") and not self.has_aux and single_out:
             if self._single:
                 if kind == "grad":
-                    return lambda a: fn(*a)[1]
-
-                def value_and_grad(a):
-                    outs = fn(*a)
-                    return outs[0], outs[1]
-                return value_and_grad
+                    return lambda *a: fn(*a)[1]
+                return fn           # it returns the pair (value, gradient)
             if kind == "grad":
-                return lambda a: tuple(fn(*a)[1:])
+                return lambda *a: tuple(fn(*a)[1:])
 
-            def value_and_grads(a):
+            def value_and_grads(*a):
                 outs = fn(*a)
                 return outs[0], tuple(outs[1:])
             return value_and_grads
         if kind in ("jacrev", "jacfwd", "hessian") and self._single and single_out:
-            return lambda a: fn(*a)[0]
-        return lambda a: self._run(entry, list(a), ranges)
+            return lambda *a: fn(*a)[0]
+        return lambda *a: self._run(entry, list(a), ranges)
 
     def _run(self, entry, arrays, ranges, fn=None):
         kind = self.kind

@@ -30,7 +30,7 @@ import threading
 import time
 import tracemalloc
 
-from tracegrad.autograd.profiler_state import _state
+from tracegrad.autograd.profiler_state import _state, recording_anywhere
 
 __all__ = ["profile", "record_function", "emit_nvtx", "load_nvprof", "FunctionEvent",
            "FunctionEventAvg", "EventList", "Kernel"]
@@ -491,12 +491,14 @@ class profile:
             self._started_tracemalloc = True
         self._np_dir = _numpy_dir() if self.with_stack else None
         _state.current = self
+        recording_anywhere[0] += 1
         return self
 
     def __exit__(self, *exc):
         if not self.enabled:
             return False
         _state.current = None
+        recording_anywhere[0] -= 1
         if self._started_tracemalloc:
             tracemalloc.stop()
         # ranges opened by ops that raised were never closed: drop them
@@ -779,11 +781,13 @@ class emit_nvtx:
             return self
         self._prev = _state.current
         _state.current = _NvtxRecorder(nvtx, self._prev, self.record_shapes)
+        recording_anywhere[0] += 1
         self.active = True
         return self
 
     def __exit__(self, *exc):
         if self.active:
             _state.current = self._prev
+            recording_anywhere[0] -= 1
             self.active = False
         return False

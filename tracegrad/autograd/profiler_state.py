@@ -11,6 +11,10 @@ class _State(threading.local):
 
 _state = _State()
 
+# How many profilers record, in any thread: a compiled call reads this plain
+# list before the thread-local (70 ns a call on a 2 us call).
+recording_anywhere = [0]
+
 
 # A profiler sets ``_state.current`` to itself while enabled and provides
 # ``_begin(name, kind, arrays=None) -> event`` and ``_end(event)``; the eager
