@@ -398,3 +398,28 @@ def test_native_backend_module_builds_itself_without_tracegrad(work):
             "--arg", "y=float64[5,2]", "--grad", "--format", "c")
     assert r.returncode == 0, r.stderr
     assert "#pragma omp simd" in r.stdout and "void tg_k0(" in r.stdout
+
+
+def test_a_long_python_loop_compiles_ahead_of_time_as_one_loop(work):
+    (work / "sim.py").write_text(
+        "import numpy as np\n\n"
+        "def miss(v0, n):\n"
+        "    x = np.zeros(3)\n"
+        "    v = v0\n"
+        "    for _ in range(n):\n"
+        "        v = v + 0.01 * (-0.1 * v * np.sqrt(np.sum(v * v)) + np.array([0., 0., -9.8]))\n"
+        "        x = x + 0.01 * v\n"
+        "    return np.sum((x - np.array([10., 0., 0.])) ** 2)\n")
+    env = dict(os.environ, TRACEGRAD_EXPLAIN="1")
+    r = cli("compile", "sim.py:miss", "--arg", "v0=float64[3]", "--static", "n=50000",
+            "--value-and-grad", "-o", "sim_vg.py", cwd=work, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "rewrote the Python loop at sim.py:6" in r.stderr
+    import importlib
+    import sim
+    vg = importlib.import_module("sim_vg")
+    v0 = np.array([5., 0., 5.])
+    v, g = vg.miss(v0)
+    v_ref, g_ref = tg.value_and_grad(sim.miss, static_argnums=(1,))(v0, 50000)
+    np.testing.assert_allclose(v, v_ref, rtol=1e-12)
+    np.testing.assert_allclose(g, g_ref, rtol=1e-12)

@@ -412,3 +412,14 @@ def test_loops_in_the_functions_it_calls_are_rewritten():
     np.testing.assert_allclose(v, v_ref, rtol=RTOL)
     np.testing.assert_allclose(g, g_ref, rtol=RTOL)
     assert loop_rewrite.rewrite_called(np.linspace) is None       # not the user's code
+
+
+def test_loops_of_a_function_reached_through_a_closure():
+    n = 300
+    f = tg.value_and_grad(lambda v: miss(v, n))
+    CALLS[0] = 0
+    v, g = f(V0)
+    assert CALLS[0] <= 6          # rewritten, not traced step by step
+    v_ref, g_ref = _as_written(miss, V0, n, static_argnums=(1,))
+    np.testing.assert_allclose(v, v_ref, rtol=RTOL)
+    np.testing.assert_allclose(g, g_ref, rtol=RTOL)

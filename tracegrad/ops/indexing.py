@@ -636,8 +636,8 @@ def _indexable(v, memo):
 
 
 def _traced_function(f, memo):
-    """A function the traced function names as a global, as the tracer
-    calls it: ``memo["functions"](f)`` (tracegrad.trace passes the loop
+    """A function the traced function names as a global or a closure
+    variable, as the tracer calls it: ``memo["functions"](f)`` (tracegrad.trace passes the loop
     rewrite) when it returns a new function, with its own globals seen as
     here; else ``f`` itself."""
     w = memo.get(id(f))
@@ -696,9 +696,9 @@ def _with_indexable(fn, memo, depth=0):
     if not isinstance(fn, types.FunctionType):
         return fn
     closure = fn.__closure__
-    if closure:  # new cells only for arrays: nonlocal counters keep their own cell
-        closure = tuple(types.CellType(_indexable(c.cell_contents, memo))
-                        if _cell_holds_array(c) else c for c in closure)
+    if closure:  # new cells only for arrays (and functions the loop rewrite replaces):
+        # nonlocal counters keep their own cell
+        closure = tuple(_indexable_cell(c, memo) for c in closure)
     scope = _IndexableGlobals(fn.__globals__, memo)
     memo.setdefault("scopes", []).append(scope)
     new = types.FunctionType(fn.__code__, scope,
@@ -710,6 +710,20 @@ def _with_indexable(fn, memo, depth=0):
     new.__dict__.update(fn.__dict__)
     new.__wrapped__ = fn
     return new
+
+
+def _indexable_cell(cell, memo):
+    if _cell_holds_array(cell):
+        return types.CellType(_indexable(cell.cell_contents, memo))
+    if memo.get("functions") is not None:
+        try:
+            f = cell.cell_contents
+        except ValueError:  # an empty cell (a variable assigned later)
+            return cell
+        if type(f) is types.FunctionType:
+            g = _traced_function(f, memo)
+            return cell if g is f else types.CellType(g)
+    return cell
 
 
 def _cell_holds_array(cell):
