@@ -28,6 +28,7 @@ import subprocess as _subprocess
 import sys as _sys
 import sysconfig as _sysconfig
 import tempfile as _tempfile
+import threading as _threading
 
 
 class NativeBuildError(RuntimeError):
@@ -239,12 +240,15 @@ def recipe(cc=None, math=None, threads=None):
         ver = _run_compiler(cmd + ["--version"], "to tell its version")
         ident = (ver.stdout.decode(errors="replace").strip().splitlines() or ["?"])[0]
         flags = list(_BASE_FLAGS)
-        isa = "baseline"
-        for level in _cpu_levels():    # the best level the compiler takes
-            if _try(cmd, flags + [f"-march={level}"], "", ["-lm"]):
-                flags.append(f"-march={level}")
-                isa = level
-                break
+        # Probing costs a compile each (about 50 ms), and a cold start pays
+        # them all: the Python-header probe runs beside the others, and the
+        # ISA level is tried together with the vector math (split only if
+        # that fails).
+        found_inc = []
+        base = list(flags)
+        header_probe = _threading.Thread(
+            target=lambda: found_inc.append(_python_include(cmd, base, ["-lm"])), daemon=True)
+        header_probe.start()
         glibc = _glibc_version()
         funcs = ()
         if math == "vector" and _platform.machine().lower() in ("x86_64", "amd64") and glibc:
@@ -253,9 +257,25 @@ def recipe(cc=None, math=None, threads=None):
             elif _version_tuple(glibc) >= (2, 22):
                 funcs = _MVEC_OLD
         libs = ["-lmvec", "-lm"] if funcs else ["-lm"]
-        if funcs and not _try(cmd, flags, vector_math_decls(funcs), libs):
+        isa = "baseline"
+        proven = False      # has a probe built with the final flags, math and libraries?
+        plain = False       # ... with the final flags, no vector math and -lm?
+        for level in _cpu_levels():    # the best level the compiler takes
+            if funcs and _try(cmd, flags + [f"-march={level}"], vector_math_decls(funcs), libs):
+                proven = True
+            elif _try(cmd, flags + [f"-march={level}"], "", ["-lm"]):
+                plain = True
+            else:
+                continue
+            flags.append(f"-march={level}")
+            isa = level
+            break
+        if funcs and not proven and not _try(cmd, flags, vector_math_decls(funcs), libs):
             funcs, libs = (), ["-lm"]
-        if not _try(cmd, flags, vector_math_decls(funcs), libs):
+        elif funcs:
+            proven = True
+        if not proven and not (plain and not funcs) and \
+                not _try(cmd, flags, vector_math_decls(funcs), libs):
             # the compiler runs but cannot build a shared object: say why
             d = _tempfile.mkdtemp(prefix="tracegrad-probe-")
             try:
@@ -266,7 +286,8 @@ def recipe(cc=None, math=None, threads=None):
                               "on a probe file")
             finally:
                 _shutil.rmtree(d, ignore_errors=True)
-        inc = _python_include(cmd, flags, libs)
+        header_probe.join()
+        inc = found_inc[0] if found_inc else None
         openmp = "none"
         if threads > 1:
             if _openmp(cmd, flags, libs):

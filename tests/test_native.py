@@ -923,3 +923,33 @@ def test_driver_results_survive_a_later_call(name, monkeypatch):
     _no_sharing([a for a in r1 + r2 if a.ndim], kept)
     for a, b in zip(r2, _flat(compiled(*a2))):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13 * max(1.0, float(np.max(np.abs(b)))))
+
+
+@needs_cc
+@pytest.mark.parametrize("refuse, isa_ok, mvec_ok", [
+    ("-march=x86-64-v4", False, True),      # an older compiler: the next level down
+    ("-lmvec", True, False),                # no libmvec: scalar libm
+    ("Python.h", True, True),               # no Python headers: the ctypes entry
+])
+def test_the_recipe_probes_fall_back_one_by_one(tmp_path, monkeypatch, refuse, isa_ok, mvec_ok):
+    # a compiler that refuses one thing, as an older or partial toolchain does
+    cc = tmp_path / "cc"
+    real = shutil.which("cc")
+    if refuse == "Python.h":
+        test = 'grep -q "Python.h" "$f" 2>/dev/null && exit 1'
+        cc.write_text(f'#!/bin/sh\nfor f in "$@"; do case "$f" in *.c) {test};; esac; done\n'
+                      f'exec {real} "$@"\n')
+    else:
+        cc.write_text(f'#!/bin/sh\nfor a in "$@"; do [ "$a" = "{refuse}" ] && exit 1; done\n'
+                      f'exec {real} "$@"\n')
+    cc.chmod(0o755)
+    ns = codegen_c._loader()
+    base = ns["recipe"](cc=real)
+    rec = ns["recipe"](cc=str(cc))
+    levels = ns["_cpu_levels"]()
+    if isa_ok or not levels or base["isa"] != "x86-64-v4":
+        assert rec["isa"] == base["isa"]
+    else:
+        assert rec["isa"] == (levels[1] if len(levels) > 1 else "baseline")
+    assert (rec["vector_math"] == base["vector_math"]) if mvec_ok else rec["vector_math"] == []
+    assert rec["entry"] == (base["entry"] if refuse != "Python.h" else "ctypes")
