@@ -423,3 +423,30 @@ def test_loops_of_a_function_reached_through_a_closure():
     v_ref, g_ref = _as_written(miss, V0, n, static_argnums=(1,))
     np.testing.assert_allclose(v, v_ref, rtol=RTOL)
     np.testing.assert_allclose(g, g_ref, rtol=RTOL)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_random_loops_match_the_loops_as_written(seed, tmp_path, monkeypatch):
+    import importlib
+    import warnings
+    from _random_loops import module_source
+    (tmp_path / f"random_loops_{seed}.py").write_text(module_source(seed, 25))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = importlib.import_module(f"random_loops_{seed}")
+    x = np.array([0.3, -0.2, 0.7])
+    checked = 0
+    for k in range(25):
+        f = getattr(mod, f"f{k}")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ref = f(x.copy())
+        if not np.isfinite(ref):
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            v, g = tg.value_and_grad(f)(x)
+            g_ref = _as_written(f, x)[1]
+        np.testing.assert_allclose(v, ref, rtol=1e-10, atol=1e-12, err_msg=f"f{k}")
+        np.testing.assert_allclose(g, g_ref, rtol=1e-9, atol=1e-12, err_msg=f"f{k}")
+        checked += 1
+    assert checked >= 15
