@@ -90,7 +90,7 @@ def _explain(msg):
 
 # --- the source rewrite ----------------------------------------------------------------------
 
-_ALLOWED_EXPR_NODES_REFUSED = (ast.Lambda, ast.NamedExpr, ast.Yield, ast.YieldFrom, ast.Await)
+_REFUSED_EXPRESSIONS = (ast.Lambda, ast.NamedExpr, ast.Yield, ast.YieldFrom, ast.Await)
 _SCOPE_READERS = {"locals", "vars", "eval", "exec", "globals", "dir", "super"}
 
 
@@ -182,7 +182,7 @@ def _why_not(stmts, generated):
         else:
             return f"line {s.lineno} {_STATEMENT_WORDS.get(type(s), 'is a ' + type(s).__name__ + ' statement')}"
         for node in ast.walk(value):
-            if isinstance(node, _ALLOWED_EXPR_NODES_REFUSED):
+            if isinstance(node, _REFUSED_EXPRESSIONS):
                 return f"line {s.lineno} has a {type(node).__name__}"
             if isinstance(node, ast.Name) and node.id in _SCOPE_READERS:
                 return f"line {s.lineno} calls {node.id}()"
