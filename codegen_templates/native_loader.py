@@ -215,6 +215,29 @@ def _openmp(cmd, flags, libs):
         _shutil.rmtree(d, ignore_errors=True)
 
 
+def compiler_command(cc=None):
+    """The C compiler as a command (a list): ``cc``, else ``$CC``, else
+    ``cc`` from the PATH, else the pip-installable Zig toolchain's
+    (``pip install ziglang``, tracegrad's ``native`` extra) when it is
+    installed: ``python -m ziglang cc``, a clang.  None when there is none."""
+    given = cc or _os.environ.get("CC")
+    try:
+        cmd = _shlex.split(given or "cc")
+    except ValueError:
+        return None
+    if cmd and _shutil.which(cmd[0]) is not None:
+        return cmd
+    if given is None:
+        import importlib.util
+        try:
+            zig = importlib.util.find_spec("ziglang")
+        except (ImportError, ValueError):   # blocked (sys.modules entry None) or broken
+            zig = None
+        if zig is not None:
+            return [_sys.executable, "-m", "ziglang", "cc"]
+    return None
+
+
 def recipe(cc=None, math=None, threads=None):
     """The build recipe for this machine: a dict with the compiler command,
     flags, libraries, ISA level, vector-math functions and an identity
@@ -233,10 +256,10 @@ def recipe(cc=None, math=None, threads=None):
             raise r
         return r
     try:
-        cmd = _shlex.split(cc)
-        if not cmd or _shutil.which(cmd[0]) is None:
-            raise NativeBuildError(f"no C compiler: {cmd[0] if cmd else cc!r} is not on the "
-                                   f"PATH (set CC to a C compiler, or install gcc or clang)")
+        cmd = compiler_command(None if cc == "cc" else cc)
+        if cmd is None:
+            raise NativeBuildError(f"no C compiler: {cc!r} is not on the PATH (set CC to a C "
+                                   f"compiler, install gcc or clang, or pip install ziglang)")
         ver = _run_compiler(cmd + ["--version"], "to tell its version")
         ident = (ver.stdout.decode(errors="replace").strip().splitlines() or ["?"])[0]
         flags = list(_BASE_FLAGS)
@@ -260,14 +283,16 @@ def recipe(cc=None, math=None, threads=None):
         isa = "baseline"
         proven = False      # has a probe built with the final flags, math and libraries?
         plain = False       # ... with the final flags, no vector math and -lm?
-        for level in _cpu_levels():    # the best level the compiler takes
-            if funcs and _try(cmd, flags + [f"-march={level}"], vector_math_decls(funcs), libs):
+        # the best level the compiler takes; Zig's clang spells it x86_64_v3
+        for level, march in [(lv, f"-march={sp}") for lv in _cpu_levels()
+                             for sp in (lv, lv.replace("-", "_"))]:
+            if funcs and _try(cmd, flags + [march], vector_math_decls(funcs), libs):
                 proven = True
-            elif _try(cmd, flags + [f"-march={level}"], "", ["-lm"]):
+            elif _try(cmd, flags + [march], "", ["-lm"]):
                 plain = True
             else:
                 continue
-            flags.append(f"-march={level}")
+            flags.append(march)
             isa = level
             break
         if funcs and not proven and not _try(cmd, flags, vector_math_decls(funcs), libs):

@@ -127,8 +127,11 @@ def test_bad_math_option_is_a_clear_fallback(monkeypatch, caplog):
 
 
 def test_no_compiler_falls_back_to_numpy_with_one_log_line(tmp_path):
-    # a fresh process whose PATH has no C compiler and no CC
+    # a fresh process whose PATH has no C compiler and no CC (nor the
+    # pip-installed Zig the native extra brings)
     code = textwrap.dedent("""
+        import sys
+        sys.modules["ziglang"] = None
         import logging, numpy as np, tracegrad as tg
         logging.basicConfig(level=logging.WARNING, format="%(name)s|%(message)s")
         f = tg.grad(lambda x: np.sum(np.sin(x) ** 2), backend="native")
@@ -148,6 +151,34 @@ def test_no_compiler_falls_back_to_numpy_with_one_log_line(tmp_path):
     assert len(lines) == 1, r.stderr     # one line, however many functions compile
     assert "backend 'native' is not available" in lines[0] and "no C compiler" in lines[0]
     assert "NumPy target" in lines[0]
+
+
+def test_the_native_extras_zig_compiles_where_no_cc_is_on_the_path(tmp_path):
+    # pip install "tracegrad[native]" brings ziglang: `python -m ziglang cc`
+    # builds the native target on a machine without a C compiler
+    pytest.importorskip("ziglang")
+    code = textwrap.dedent("""
+        import numpy as np, shutil, tracegrad as tg
+        from tracegrad import codegen_c
+        assert shutil.which("cc") is None
+        rec = codegen_c.recipe()
+        print("CC", rec["cc"][1:], rec["compiler"].split()[0])
+        x = np.linspace(0.1, 1.0, 1001)
+        f = lambda x: np.sum(np.tanh(x) * np.exp(-x ** 2) + np.log1p(x ** 2) * np.sin(x))
+        v, g = tg.value_and_grad(f, backend="native")(x)
+        print("TARGET", tg.cache_info()["target"])
+        v0, g0 = tg.value_and_grad(f)(x)
+        np.testing.assert_allclose(v, v0, rtol=1e-13)
+        np.testing.assert_allclose(g, g0, rtol=1e-12)
+        print("OK")
+    """)
+    env = dict(os.environ, PATH=str(tmp_path), TRACEGRAD_CACHE_DIR=str(tmp_path / "cache"))
+    env.pop("CC", None)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "CC ['-m', 'ziglang', 'cc'] clang" in r.stdout
+    assert "TARGET native" in r.stdout and "OK" in r.stdout
 
 
 def test_failing_compiler_falls_back(tmp_path, monkeypatch, caplog):

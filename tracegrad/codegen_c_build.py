@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import platform
-import shlex
 import shutil
 import sys
 
@@ -55,19 +54,20 @@ def build_error():
 def _memo_key():
     """What the recipe depends on, or None when the compiler is not found
     (then the loader's probe gives the message)."""
-    cc = os.environ.get("CC") or "cc"
-    try:
-        cmd = shlex.split(cc)
-    except ValueError:
-        return None
+    cmd = _loader()["compiler_command"]()
     exe = shutil.which(cmd[0]) if cmd else None
     if exe is None:
         return None
+    program = exe
+    if cmd[1:3] == ["-m", "ziglang"]:      # the pip-installed Zig: its package is the compiler
+        import importlib.util
+        spec = importlib.util.find_spec("ziglang")
+        program = spec.origin if spec is not None and spec.origin else exe
     try:
-        st = os.stat(os.path.realpath(exe))
+        st = os.stat(os.path.realpath(program))
     except OSError:
         return None
-    parts = [cc, os.path.realpath(exe), st.st_size, st.st_mtime_ns,
+    parts = [cmd, os.path.realpath(program), st.st_size, st.st_mtime_ns,
              (os.environ.get("TRACEGRAD_NATIVE_MATH") or "vector").strip().lower(),
              os.environ.get("TRACEGRAD_NUM_THREADS"), _loader()["_cores"](),
              platform.machine(), platform.libc_ver(), sys.implementation.cache_tag,
