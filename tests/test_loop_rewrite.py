@@ -411,7 +411,43 @@ def test_loops_in_the_functions_it_calls_are_rewritten():
     v_ref, g_ref = _as_written(miss_through_a_helper, V0, 300, static_argnums=(1,))
     np.testing.assert_allclose(v, v_ref, rtol=RTOL)
     np.testing.assert_allclose(g, g_ref, rtol=RTOL)
-    assert loop_rewrite.rewrite_called(np.linspace) is None       # not the user's code
+    called = loop_rewrite.CalledFunctions()
+    called.enter(np.linspace)                       # not the user's code: left alone
+    assert called.mine == []
+    code = _simulate.__code__
+    called.enter(_simulate)
+    assert called.mine == [_simulate] and _simulate.__code__ is not code
+    called.restore()
+    assert _simulate.__code__ is code
+
+
+def _euler(v, n):
+    for _ in range(n):
+        v = v + 0.01 * (-0.1 * v * np.sqrt(np.sum(v * v)) + G)
+    return v
+
+
+def _midpoint(v, n):
+    for _ in range(n):
+        v = v + 0.01 * (-0.1 * (v + 0.005 * G) * np.sqrt(np.sum(v * v)) + G)
+    return v
+
+
+def _final_speed(v0, method):
+    # the function objects keep their identity while their loops are rewritten
+    v = _euler(v0, 300) if method is _euler else _midpoint(v0, 300)
+    return np.sum(v * v)
+
+
+def test_called_functions_keep_their_identity():
+    for method in (_euler, _midpoint):
+        f = tg.value_and_grad(_final_speed, static_argnums=(1,))
+        v, g = f(V0, method)
+        np.testing.assert_allclose(v, _final_speed(V0, method), rtol=RTOL)
+        np.testing.assert_allclose(g, _as_written(_final_speed, V0, method,
+                                                  static_argnums=(1,))[1], rtol=RTOL)
+        assert "scan" in _ops(f.lower(V0, method).graph)
+    assert _euler.__code__.co_name == "_euler" and "__tg_rt" not in _euler.__code__.co_varnames
 
 
 def test_loops_of_a_function_reached_through_a_closure():

@@ -48,6 +48,7 @@ import linecache
 import os
 import sys
 import textwrap
+import threading
 import types
 
 import numpy as np
@@ -462,14 +463,50 @@ def _library_code(code):
     return name.startswith("<") or os.path.realpath(name).startswith(_LIBRARY_DIRS)
 
 
-def rewrite_called(fn):
-    """``rewrite`` for a function the compiled function calls by a global
-    name: only the user's own code (not the standard library, installed
-    packages or tracegrad), and only when it has a loop over ``range``."""
-    code = getattr(fn, "__code__", None)
-    if code is None or "range" not in code.co_names or _library_code(code):
-        return None
-    return rewrite(fn)
+class CalledFunctions:
+    """The loops of the user's functions that the compiled function calls
+    (by a global or closure name) are rewritten in place while it is traced:
+    the function object keeps its identity (``method is rk4`` still holds,
+    dictionaries keyed by it still find it) and runs the rewritten code until
+    ``restore()``.  Only the user's own code (not the standard library,
+    installed packages or tracegrad), and only with a loop over ``range``.
+    The rewritten code means the same wherever it runs, so another thread
+    calling the function meanwhile gets the same results."""
+    _lock = threading.Lock()
+    _swapped = {}       # function -> [its own code, how many traces use the rewrite]
+
+    def __init__(self):
+        self.mine = []
+
+    def enter(self, fn):
+        """Make ``fn`` run its rewritten code (if it has any) until restore()."""
+        code = getattr(fn, "__code__", None)
+        if type(fn) is not types.FunctionType or "range" not in code.co_names \
+                or not enabled():
+            return
+        with self._lock:
+            entry = self._swapped.get(fn)
+            if entry is None:
+                if _library_code(code) or code.co_flags & (
+                        inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
+                    return
+                new = _rewritten_code(code)
+                if new is None or new.co_freevars != code.co_freevars:
+                    return
+                entry = self._swapped[fn] = [code, 0]
+                fn.__code__ = new
+            entry[1] += 1
+        self.mine.append(fn)
+
+    def restore(self):
+        with self._lock:
+            for fn in reversed(self.mine):
+                entry = self._swapped[fn]
+                entry[1] -= 1
+                if entry[1] == 0:
+                    fn.__code__ = entry[0]
+                    del self._swapped[fn]
+        self.mine = []
 
 
 # --- the loop at run time ----------------------------------------------------------------------

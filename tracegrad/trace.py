@@ -584,7 +584,7 @@ def trace_function(fn, leaves_avals, rebuild_args, names, backend="numpy", faces
     if loop_rewrite.enabled():
         try:
             return _trace_once(fn, loop_rewrite.rewrite(fn) or fn, leaves_avals, rebuild_args,
-                               names, backend, faces, loop_rewrite.rewrite_called)
+                               names, backend, faces, loop_rewrite.CalledFunctions())
         except loop_rewrite.RetraceAsWritten:
             pass
     return _trace_once(fn, fn, leaves_avals, rebuild_args, names, backend, faces)

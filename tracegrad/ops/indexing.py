@@ -637,14 +637,13 @@ def _indexable(v, memo):
 
 def _traced_function(f, memo):
     """A function the traced function names as a global or a closure
-    variable, as the tracer calls it: ``memo["functions"](f)`` (tracegrad.trace passes the loop
-    rewrite) when it returns a new function, with its own globals seen as
-    here; else ``f`` itself."""
-    w = memo.get(id(f))
-    if w is None:
-        g = memo["functions"](f)
-        w = memo[id(f)] = (f if g is None else _with_indexable(g, memo, 1), f)
-    return w[0]
+    variable: handed once to ``memo["functions"].enter`` (tracegrad.trace
+    passes the loop rewrite, which rewrites its loops in place until the
+    call ends); the function itself is returned."""
+    if id(f) not in memo:
+        memo[id(f)] = (f, f)
+        memo["functions"].enter(f)
+    return f
 
 
 class _IndexableGlobals(dict):
@@ -721,8 +720,7 @@ def _indexable_cell(cell, memo):
         except ValueError:  # an empty cell (a variable assigned later)
             return cell
         if type(f) is types.FunctionType:
-            g = _traced_function(f, memo)
-            return cell if g is f else types.CellType(g)
+            _traced_function(f, memo)
     return cell
 
 
@@ -740,12 +738,13 @@ def indexable_constants(fn, functions=None):
     ``np.take(data, idx)`` record graph nodes when the index is traced.
     Arrays reached in other ways (an attribute, another module) stay plain
     ndarrays: pass those as arguments to index them by traced values.
-    ``functions(f)``: a replacement for a function ``fn`` names as a global
-    (or None to keep it)."""
+    ``functions``: ``enter(f)`` is called once for each function ``fn``
+    names as a global or closure variable, ``restore()`` when the call ends
+    (tracegrad.trace passes the loop rewrite's ``CalledFunctions``)."""
     memo = {"functions": functions, "scopes": []}
     traced = _with_indexable(fn, memo)
-    scopes = memo["scopes"]     # grows while fn runs: functions it calls get theirs
-    if not scopes:
+    scopes = memo["scopes"]
+    if not scopes and functions is None:
         return fn
 
     def call(*args, **kwargs):
@@ -754,4 +753,6 @@ def indexable_constants(fn, functions=None):
         finally:
             for scope in scopes:
                 scope.write_back()
+            if functions is not None:
+                functions.restore()
     return call
