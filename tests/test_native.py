@@ -984,3 +984,27 @@ def test_the_recipe_probes_fall_back_one_by_one(tmp_path, monkeypatch, refuse, i
         assert rec["isa"] == (levels[1] if len(levels) > 1 else "baseline")
     assert (rec["vector_math"] == base["vector_math"]) if mvec_ok else rec["vector_math"] == []
     assert rec["entry"] == (base["entry"] if refuse != "Python.h" else "ctypes")
+
+
+@needs_cc
+def test_tracegrad_backend_selects_the_native_target_everywhere(monkeypatch):
+    monkeypatch.setenv("TRACEGRAD_BACKEND", "native")
+    x = np.linspace(0.1, 1.0, 7)
+
+    def f(x):
+        return np.sum(np.sin(x) * np.exp(-x))
+    expect = np.cos(x) * np.exp(-x) - np.sin(x) * np.exp(-x)
+    np.testing.assert_allclose(tg.grad(f)(x), expect, rtol=1e-13)
+    assert tg.cache_info()["target"] == "native"
+    y, pullback = tg.vjp(lambda x: np.sin(x) * np.exp(-x), x)
+    np.testing.assert_allclose(pullback(np.ones_like(x))[0], expect, rtol=1e-13)
+    assert tg.cache_info()["target"] == "native"
+    jac = tg.autograd.functional.jacobian(lambda t: (t * t).sin(), tg.tensor(x))
+    np.testing.assert_allclose(np.diag(jac.numpy()), 2 * x * np.cos(x * x), rtol=1e-13)
+    assert tg.cache_info()["target"] == "native"
+    monkeypatch.setenv("TRACEGRAD_BACKEND", "numpy")
+    tg.grad(lambda x: np.sum(np.cos(x) * x))(x)
+    assert tg.cache_info()["target"] == "numpy"
+    monkeypatch.setenv("TRACEGRAD_BACKEND", "fortran")
+    with pytest.raises(ValueError, match="TRACEGRAD_BACKEND must be one of numpy, native"):
+        tg.grad(lambda x: np.sum(np.tan(x)))(x)

@@ -420,8 +420,9 @@ class Compiled:
     def _trace(self, arrays, ranges, kw_tree, statics, names, nargs, faces=None):
         """faces: the dialect of each leaf (None: all NumPy)."""
         avals = [_leaf_aval(a) for a in arrays]
+        from tracegrad import pipeline
         backend = self.backend or ("cupy" if any(type(a).__module__.startswith("cupy")
-                                                 for a in arrays) else "numpy")
+                                                 for a in arrays) else pipeline.default_backend())
 
         def rebuild(tracers):
             return _rebuild_args(tracers, ranges, kw_tree, statics, nargs)

@@ -278,7 +278,9 @@ def _trace_flat(fn, primals, backend):
         return list(tree_unflatten(tree, tracers)), {}
 
     if backend is None:  # CuPy arrays select the CUDA target, as in tracegrad.api
-        backend = "cupy" if any(type(a).__module__.startswith("cupy") for a in arrays) else "numpy"
+        from tracegrad import pipeline
+        backend = "cupy" if any(type(a).__module__.startswith("cupy") for a in arrays) \
+            else pipeline.default_backend()
     faces = ["torch" if hasattr(x, "grad_fn") else "numpy" for x in leaves]
     trace, out_tree = trace_function(fn, avals, rebuild, names, backend, faces)
     cache.count("traces")

@@ -10,7 +10,25 @@ Jinja2) load on the first build.
 """
 from __future__ import annotations
 
+import os
+
 from tracegrad import cache
+
+BACKENDS = ("numpy", "native")     # the ones TRACEGRAD_BACKEND may name
+
+
+def default_backend():
+    """The target of a compiled function given no ``backend=``: ``numpy``,
+    or what ``TRACEGRAD_BACKEND`` names (``native``: every decorator,
+    ``tg.vjp``/``tg.jvp`` and ``tg.autograd.functional``; CuPy arrays still
+    select the CUDA target)."""
+    name = (os.environ.get("TRACEGRAD_BACKEND") or "numpy").strip().lower()
+    if name not in BACKENDS:
+        raise ValueError(f"TRACEGRAD_BACKEND must be one of {', '.join(BACKENDS)}, got "
+                         f"{os.environ.get('TRACEGRAD_BACKEND')!r} (CuPy arrays select the "
+                         f"CUDA target by themselves)")
+    return name
+
 
 # What each transform's graph holds, for the callers that lay out results.
 TRANSFORMS = ("forward", "grad", "value_and_grad", "jacrev", "jacfwd", "hessian", "vjp", "jvp",

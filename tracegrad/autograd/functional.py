@@ -59,8 +59,10 @@ def _trace(func, inputs):
 
 def _graph_function(trace, what, func):
     """The GraphFunction of ``what`` applied to the traced graph (cached)."""
+    from tracegrad import pipeline
     from tracegrad.graph_call import GraphFunction
-    key = (trace.structure_hash(), what)
+    backend = pipeline.default_backend()
+    key = (trace.structure_hash(), what, backend)
     gf = _CACHE.get(key)
     if gf is not None:
         return gf
@@ -78,6 +80,7 @@ def _graph_function(trace, what, func):
              "vjp": (n_in + n_out, n_out + n_in), "jvp": (2 * n_in, 2 * n_out),
              "vhp": (2 * n_in, n_in), "hvp": (2 * n_in, n_in)}[what]
     gf = GraphFunction(f"{key[0]}/functional/{what}", make, name, *sizes)
+    gf.backend = backend
     _CACHE[key] = gf
     return gf
 
