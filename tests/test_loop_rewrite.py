@@ -486,3 +486,20 @@ def test_random_loops_match_the_loops_as_written(seed, tmp_path, monkeypatch):
         np.testing.assert_allclose(g, g_ref, rtol=1e-9, atol=1e-12, err_msg=f"f{k}")
         checked += 1
     assert checked >= 15
+
+
+def test_a_range_of_the_users_own_is_iterated_as_written(tmp_path, monkeypatch):
+    import importlib
+    (tmp_path / "own_range.py").write_text(
+        "import builtins\nimport numpy as np\n\n"
+        "def range(*args):     # any iterable: no len(), no indexing\n"
+        "    return iter(builtins.range(*args))\n\n"
+        "def f(x):\n"
+        "    for k in range(50):\n"
+        "        x = np.sin(x) + 0.01 * k\n"
+        "    return np.sum(x) + k\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    f = importlib.import_module("own_range").f
+    v, g = tg.value_and_grad(f)(V0)
+    np.testing.assert_allclose(v, f(V0), rtol=RTOL)
+    np.testing.assert_allclose(g, _as_written(f, V0)[1], rtol=RTOL)

@@ -540,7 +540,13 @@ def for_range(range_fn, args, body, names, written_first, var, line):
     init = tuple(f_locals.get(n, UNBOUND) for n in names)
     var_before = f_locals.get(var, UNBOUND)
     r = range_fn(*args)
-    if range_fn is not builtins.range or len(r) < max(ROLL_MIN_STEPS, PEELED + 2):
+    if range_fn is not builtins.range:     # a `range` of the user's: any iterable
+        last = var_before
+        carry = init
+        for last in r:
+            carry = body(last, *carry)
+        return carry + (last,)
+    if len(r) < max(ROLL_MIN_STEPS, PEELED + 2):
         return _run_as_written(r, body, init) + ((r[-1] if len(r) else var_before),)
     where = f"{os.path.basename(caller.f_code.co_filename)}:{line}"
     carry = _run_as_written(r[:PEELED - 1], body, init)
