@@ -503,3 +503,26 @@ def test_a_range_of_the_users_own_is_iterated_as_written(tmp_path, monkeypatch):
     v, g = tg.value_and_grad(f)(V0)
     np.testing.assert_allclose(v, f(V0), rtol=RTOL)
     np.testing.assert_allclose(g, _as_written(f, V0)[1], rtol=RTOL)
+
+
+def _drag_energy(v0):
+    v = v0
+    for _ in range(200):
+        v = v + 0.01 * (-0.1 * v * np.sqrt(np.sum(v * v)) + G)
+    return np.sum(v * v)
+
+
+def test_jacobians_and_hessians_through_a_rewritten_loop():
+    assert "scan" in _ops(tg.hessian(_drag_energy).lower(V0).graph)
+    import os
+    as_written = {}
+    os.environ["TRACEGRAD_ROLL"] = "0"
+    try:
+        as_written["hessian"] = tg.hessian(_drag_energy)(V0)
+        as_written["jacfwd"] = tg.jacfwd(_drag_energy)(V0)
+    finally:
+        del os.environ["TRACEGRAD_ROLL"]
+    np.testing.assert_allclose(tg.hessian(_drag_energy)(V0), as_written["hessian"], rtol=1e-10)
+    np.testing.assert_allclose(tg.jacfwd(_drag_energy)(V0), as_written["jacfwd"], rtol=1e-12)
+    np.testing.assert_allclose(tg.jacfwd(_drag_energy)(V0), tg.grad(_drag_energy)(V0),
+                               rtol=1e-12)
