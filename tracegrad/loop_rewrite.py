@@ -294,7 +294,7 @@ def _function_refused(tree):
     return None
 
 
-_MEMO = {}     # code object -> (rewritten code, names) or None
+_MEMO = {}     # code object -> its rewritten code, or None
 
 
 def _rewritten_code(code):
