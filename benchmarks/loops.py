@@ -1,7 +1,7 @@
 """Long loops: the gradient of the issue's 3-D projectile for n = 10 ... 100,000 steps.
 
     python benchmarks/loops.py [--steps 10,100,1000,10000,100000] [--calls 5]
-                               [--unrolled-max 1000] [--memory-steps 100000]
+                               [--unrolled-max N] [--memory-steps 100000]
                                [--memory-size 1000]
 
 ``miss(v0, n)`` steps a float64[3] state with quadratic drag by explicit
