@@ -410,3 +410,22 @@ def test_inplace_shape_and_dtype_errors():
     with pytest.raises(RuntimeError):
         i.add_(0.5)
     assert arr(i).tolist() == [1, 2]
+
+
+def test_zero_dim_tensors_take_the_dimensioned_dtype_as_in_torch():
+    # torch's rule (no torch needed to check it): within a category the
+    # dimensioned tensors decide; a 0-d tensor of a higher category does
+    x32 = tg.ones(3, dtype=tg.float32)
+    assert (x32 * tg.tensor(2.0, dtype=tg.float64)).dtype == tg.float32
+    assert (tg.ones(3, dtype=tg.int32) + tg.tensor(2)).dtype == tg.int32
+    assert (tg.ones(3, dtype=tg.int32) * tg.tensor(2.5)).dtype == tg.float64
+    assert (x32 + tg.ones(1, dtype=tg.float64)).dtype == tg.float64     # dimensioned: promotes
+    s = tg.tensor(2.0, dtype=tg.float64, requires_grad=True)
+    x = tg.ones(3, dtype=tg.float32, requires_grad=True)
+    (x * s).sum().backward()
+    assert x.grad.dtype == tg.float32 and s.grad.dtype == tg.float64
+    assert float(s.grad) == 3.0
+    # NumPy code keeps NumPy's rule (NEP 50): the 0-d float64 array promotes
+    assert (np.ones(3, np.float32) * np.array(2.0)).dtype == np.float64
+    assert tg.compile(lambda a, b: a * b)(np.ones(3, np.float32), np.array(2.0)).dtype \
+        == np.float64

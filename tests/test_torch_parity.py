@@ -511,3 +511,45 @@ def test_device_and_default_dtype_queries_match_torch():
         tg.set_default_dtype(tg.float64)
         torch.set_default_device(None)
         tg.set_default_device(None)
+
+
+_PROMOTION_CASES = [
+    # (what, build(m) with m the torch-like module), a 0-d tensor beside dimensioned ones
+    ("f32[3] * f64[]", lambda m: m.ones(3, dtype=m.float32) * m.tensor(2.0, dtype=m.float64)),
+    ("i32[3] + i64[]", lambda m: m.ones(3, dtype=m.int32) + m.tensor(2)),
+    ("f32[3] + i64[]", lambda m: m.ones(3, dtype=m.float32) + m.tensor(2)),
+    ("i32[3] * f64[]", lambda m: m.ones(3, dtype=m.int32) * m.tensor(2.0, dtype=m.float64)),
+    ("f64[3] - f32[]", lambda m: m.ones(3, dtype=m.float64) - m.tensor(2.0, dtype=m.float32)),
+    ("f32[] * f64[]", lambda m: m.tensor(1.0, dtype=m.float32) * m.tensor(2.0, dtype=m.float64)),
+    ("f32[3] ** f64[]", lambda m: m.ones(3, dtype=m.float32) ** m.tensor(2.0, dtype=m.float64)),
+    ("maximum", lambda m: m.maximum(m.ones(3, dtype=m.float32), m.tensor(0.5, dtype=m.float64))),
+    ("where", lambda m: m.where(m.tensor(True), m.ones(3, dtype=m.float32),
+                                m.tensor(0.0, dtype=m.float64))),
+    ("b[3] + f64[]", lambda m: m.ones(3, dtype=m.bool) + m.tensor(2.0, dtype=m.float64)),
+]
+
+
+@pytest.mark.parametrize("what, build", _PROMOTION_CASES, ids=[c[0] for c in _PROMOTION_CASES])
+def test_zero_dim_tensors_promote_as_in_torch(what, build):
+    want = build(torch)
+    got = build(tg)
+    assert str(got.dtype).replace("torch.", "") == str(want.dtype).replace("torch.", "")
+    np.testing.assert_allclose(got.numpy(), want.numpy())
+
+
+def test_zero_dim_promotion_in_compiled_code_and_gradients():
+    def f(x, s):
+        return (x * s + s).sum()
+    x32 = np.linspace(0.1, 1.0, 4).astype(np.float32)
+    xt, st = torch.tensor(x32, requires_grad=True), torch.tensor(0.3, dtype=torch.float64,
+                                                                 requires_grad=True)
+    yt = f(xt, st)
+    yt.backward()
+    x, s = tg.tensor(x32), tg.tensor(0.3, dtype=tg.float64)
+    y = tg.compile(f)(x, s)
+    gx, gs = tg.grad(f, argnums=(0, 1))(x, s)
+    assert str(y.dtype) == "float32" and str(yt.dtype) == "torch.float32"
+    np.testing.assert_allclose(y.numpy(), yt.detach().numpy(), rtol=1e-6)
+    assert gx.dtype == np.float32 and gs.dtype == np.float64
+    np.testing.assert_allclose(np.asarray(gx), xt.grad.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(gs), st.grad.numpy(), rtol=1e-6)

@@ -57,7 +57,8 @@ class Aval(NamedTuple):
 class Primitive:
     __slots__ = ("name", "impl", "shape", "vjp", "jvp", "numpy", "cupy", "cuda",
                  "nondiff", "n_out", "save_inputs", "save_out", "view", "may_view",
-                 "ufunc", "helpers", "elementwise", "batch", "backward_name", "doc")
+                 "ufunc", "helpers", "elementwise", "batch", "backward_name", "doc",
+                 "torch_promotes")
 
     def __init__(self, name, impl, shape=None, vjp=None, jvp=None, numpy=None,
                  cupy=None, cuda=None, nondiff=False, n_out=1, save_inputs=True,
@@ -65,6 +66,7 @@ class Primitive:
                  elementwise=False, batch=None, doc=None):
         self.name = name
         self.impl = impl
+        self.torch_promotes = _TORCH_PROMOTED.get(name, False)
         self.shape = shape
         self.vjp = vjp
         self.jvp = jvp
@@ -149,11 +151,56 @@ _trace_bind: Callable = None  # set by tracegrad.trace
 _tracer_type = None           # set by tracegrad.trace
 
 
+# The torch dialect's type promotion.  NumPy (NEP 50) lets a 0-d array decide
+# the dtype like any other operand; torch lets the dimensioned tensors decide
+# within a category (bool < integer < floating < complex): float32[3] *
+# float64[] is float32 there, int32[3] + int64[] is int32.  For these rows
+# (with the operands that promote; where's condition does not), a 0-d
+# torch-face operand whose category is not above the dimensioned operands'
+# is cast to their dtype first, so the shape rule, the impl and every
+# derivative see torch's dtypes.  NumPy-face values keep NumPy's rule.
+# (Each row's ``torch_promotes``: True, or the positions that promote.  The
+# eager interpreter calls torch_promotion only when it met a 0-d Tensor.)
+_TORCH_PROMOTED = {name: True for name in (
+    "add", "sub", "mul", "div", "pow", "maximum", "minimum", "fmax", "fmin", "fmod",
+    "remainder", "floor_divide", "arctan2", "hypot", "copysign", "logaddexp", "logaddexp2")}
+_TORCH_PROMOTED["where"] = (1, 2)
+_CATEGORY = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
+
+
+def torch_promotion(prim, args):
+    """``args`` with torch's promotion applied (see above), or ``args``
+    itself when nothing changes."""
+    positions = prim.torch_promotes
+    if positions is True:
+        positions = range(len(args))
+    torch_face = False
+    dims, zeros = [], []
+    for i in positions:
+        face = getattr(args[i], "_face", None)
+        if face is None:        # a Python number or a NumPy constant: weak as in both
+            continue
+        torch_face |= face == "torch"
+        (dims if len(args[i].shape) else zeros).append(i)
+    if not (torch_face and zeros and dims):
+        return args
+    ddt = np.result_type(*[aval_of(args[i]).dtype for i in dims])
+    out = None
+    for i in zeros:
+        dt = aval_of(args[i]).dtype
+        if dt != ddt and _CATEGORY.get(dt.kind, 9) <= _CATEGORY.get(ddt.kind, 9):
+            out = out or list(args)
+            out[i] = bind(REGISTRY["astype"], args[i], dtype=ddt.name)
+    return tuple(out) if out else args
+
+
 def bind(prim: Primitive, *args, **attrs):
     tracer = _tracer_type
     if tracer is not None:
         for a in args:
             if type(a) is tracer:
+                if prim.torch_promotes:
+                    args = torch_promotion(prim, args)
                 return _trace_bind(prim, args, attrs)
     return _eager_bind(prim, args, attrs)
 

@@ -1428,6 +1428,7 @@ def eager_bind(prim, args, attrs):
         edges = []
         needs_grad = False
         tensors = False
+        zero_d = False
         for a in args:
             ta = type(a)
             if ta is Tensor:
@@ -1435,6 +1436,8 @@ def eager_bind(prim, args, attrs):
                 d = a._data
                 if type(d) is not _ndarray:
                     break
+                if not d.ndim:
+                    zero_d = True
                 arrays.append(d)
                 if a._requires_grad:
                     needs_grad = True
@@ -1449,6 +1452,10 @@ def eager_bind(prim, args, attrs):
             else:
                 break
         else:
+            if zero_d and prim.torch_promotes:     # torch's promotion (primitives.py)
+                promoted = primitives.torch_promotion(prim, args)
+                if promoted is not args:
+                    return eager_bind(prim, promoted, attrs)
             try:
                 out = prim.impl(np, *arrays, **attrs)
             except (ValueError, TypeError) as e:
@@ -1476,6 +1483,10 @@ def eager_bind(prim, args, attrs):
                 return Tensor(out, True, PrimNode(prim, attrs, args, out, tuple(edges), vbox),
                               0, vbox)
             return Tensor(out)
+    if prim.torch_promotes:     # torch's promotion for torch-face operands (primitives.py)
+        promoted = primitives.torch_promotion(prim, args)
+        if promoted is not args:
+            return eager_bind(prim, promoted, attrs)
     arrays = []
     needs_grad = False
     cls = None     # the first Tensor operand's class: its face carries over
