@@ -389,6 +389,8 @@ def test_torch_dialect_loops(dtype):
     tol = 1e-5 if dtype == "float32" else RTOL
     np.testing.assert_allclose(out.numpy(), y.detach().numpy(), rtol=tol)
     np.testing.assert_allclose(tg.grad(f)(x.detach()).numpy(), x.grad.numpy(), rtol=tol)
+    # the traced index is a torch 0-d int64: float32 stays float32, so the loop is rewritten
+    assert "scan" in _ops(tg.grad(f).lower(x.detach()).graph)
 
 
 def _simulate(v0, n):           # a helper the compiled function calls by its global name
