@@ -578,9 +578,9 @@ def trace_function(fn, leaves_avals, rebuild_args, names, backend="numpy", faces
     rebuild_args(tracers) -> (args, kwargs).  Returns (trace, out_treedef).
 
     The ``for ... in range(...)`` loops of the function, and of the
-    functions it calls by a global name, are first rewritten into loop nodes
-    (``tracegrad.loop_rewrite``); when one cannot stand for the loop as
-    written, the function is traced again as written."""
+    functions it calls by a global or closure name, are first rewritten
+    into loop nodes (``tracegrad.loop_rewrite``); when one cannot stand for
+    the loop as written, the function is traced again as written."""
     if loop_rewrite.enabled():
         try:
             return _trace_once(fn, loop_rewrite.rewrite(fn) or fn, leaves_avals, rebuild_args,
