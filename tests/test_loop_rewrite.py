@@ -528,3 +528,36 @@ def test_jacobians_and_hessians_through_a_rewritten_loop():
     np.testing.assert_allclose(tg.jacfwd(_drag_energy)(V0), as_written["jacfwd"], rtol=1e-12)
     np.testing.assert_allclose(tg.jacfwd(_drag_energy)(V0), tg.grad(_drag_energy)(V0),
                                rtol=1e-12)
+
+
+def _long_state_loop_fn():
+    """A new function object each time (the environment is read when a
+    function is traced; compiled signatures are kept per function)."""
+    def f(x, w):
+        for _ in range(400):
+            x = x + 0.001 * np.tanh(x * w)
+        return np.sum(x * x)
+    return f
+
+
+def test_a_memory_policy_for_rewritten_loops(monkeypatch):
+    x = np.linspace(-1.0, 1.0, 1000)
+    w = np.linspace(0.5, 1.5, 1000)
+    g_ref = tg.grad(_long_state_loop_fn())(x, w)
+
+    def scan_checkpoint():      # of the loop node over the 397 middle steps
+        g = tg.grad(_long_state_loop_fn()).lower(x, w).graph
+        return [d["attrs"].get("checkpoint") for _, d in g.nodes(data=True)
+                if d["op"] == "scan" and d["attrs"]["length"] == 397][:1]
+
+    assert scan_checkpoint() == [None]
+    for value, k in (("true", 20), ("25", 25), ("1MB", 20), ("100MB", None)):
+        monkeypatch.setenv("TRACEGRAD_LOOP_CHECKPOINT", value)
+        assert scan_checkpoint() == [k], value
+        np.testing.assert_allclose(tg.grad(_long_state_loop_fn())(x, w), g_ref, rtol=1e-12)
+    monkeypatch.setenv("TRACEGRAD_LOOP_CHECKPOINT", "20kB")   # below sqrt checkpointing
+    with pytest.raises(ValueError, match="raise the budget"):
+        tg.grad(_long_state_loop_fn())(x, w)
+    monkeypatch.setenv("TRACEGRAD_LOOP_CHECKPOINT", "lots")
+    with pytest.raises(ValueError, match="a memory budget is written like"):
+        tg.grad(_long_state_loop_fn())(x, w)

@@ -529,6 +529,21 @@ def _same_python_value(a, b):
     return a == b
 
 
+def loop_checkpoint():
+    """``checkpoint=`` for the loops rewritten from Python source, from
+    ``TRACEGRAD_LOOP_CHECKPOINT``: unset (every carry stored), ``true``
+    (every ceil(sqrt(n))-th), an integer k, or a memory budget such as
+    ``50MB`` (the values ``tg.fori_loop`` takes)."""
+    v = (os.environ.get("TRACEGRAD_LOOP_CHECKPOINT") or "").strip()
+    if not v:
+        return None
+    if v.lower() in ("true", "yes", "on"):
+        return True
+    if v.isdigit():
+        return int(v)
+    return v
+
+
 def for_range(range_fn, args, body, names, written_first, var, line):
     """Run ``for var in range_fn(*args): names = body(var, *names)``; returns
     the carried values and the loop variable, as a loop node when it pays.
@@ -599,6 +614,10 @@ def for_range(range_fn, args, body, names, written_first, var, line):
     in_place = []
 
     init_traced = tuple(carry[k] for k in traced_at)
+    checkpoint = loop_checkpoint()
+    if checkpoint is not None:     # a bad value, or a budget too small, is said here
+        control._checkpoint_every(checkpoint, len(rest), sum(
+            int(np.prod(np.shape(c))) * np.dtype(c.dtype).itemsize for c in init_traced))
     # the index is a Python int in the loop as written: in torch code, a
     # torch value (a 0-d integer tensor promotes as a Python int does there)
     faces = {getattr(c, "_face", "numpy") for c in init_traced if _is_tracer(c)}
@@ -610,7 +629,7 @@ def for_range(range_fn, args, body, names, written_first, var, line):
     try:
         out, _ = control._scan_core(scan_step, init_traced, None, len(rest),
                                     rest.start if step == 1 else 0, False, "for loop",
-                                    verify=True, index_face=face)
+                                    checkpoint=checkpoint, verify=True, index_face=face)
     except RetraceAsWritten as e:
         _explain(f"traced the Python loop at {where} as written: {e}")
         raise
