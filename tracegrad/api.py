@@ -255,28 +255,19 @@ class Compiled:
                 self._forget_traces(changed)
         if _profiling[0] and _prof_state.current is not None:
             return self._call_profiled(args, kwargs)
-        # Fast path: positional ndarrays only, a signature seen before (the
-        # one-argument case spelled out: it is most of the cost of a small call).
+        # Fast path: positional ndarrays only, a signature seen before.
         if not kwargs:
-            if len(args) == 1:
-                a = args[0]
-                if type(a) is np.ndarray:
-                    run = tables.arrays_only.get((a.shape, a.dtype.char))
-                    if run is not None:
-                        _stats["memory_hits"] += 1
-                        return run(*args)
+            key = []
+            for a in args:
+                if type(a) is not np.ndarray:
+                    break
+                key.append(a.shape)
+                key.append(a.dtype.char)
             else:
-                key = []
-                for a in args:
-                    if type(a) is not np.ndarray:
-                        break
-                    key.append(a.shape)
-                    key.append(a.dtype.char)
-                else:
-                    run = tables.arrays_only.get(tuple(key))
-                    if run is not None:
-                        _stats["memory_hits"] += 1
-                        return run(*args)
+                run = tables.arrays_only.get(tuple(key))
+                if run is not None:
+                    _stats["memory_hits"] += 1
+                    return run(*args)
         leaves, ranges, kw_tree, statics, names = self._flatten(args, kwargs)
         if _inside_another_transform(leaves, self.kind):
             if self.kind == "forward":

@@ -419,6 +419,12 @@ def _renamed_bodies(code, name, qualname):
     return code.replace(co_consts=consts, co_qualname=qualname)
 
 
+def _may_rewrite(code):
+    """The cheap tests first: most functions have no loop over ``range``."""
+    return "range" in code.co_names and not code.co_flags & (
+        inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR)
+
+
 def rewrite(fn):
     """``fn`` with its ``for ... in range(...)`` loops rewritten into scan
     nodes, or None when there is nothing to rewrite (or no source to read)."""
@@ -430,9 +436,8 @@ def rewrite(fn):
     if not isinstance(fn, types.FunctionType):
         return None
     code = fn.__code__
-    if "range" not in code.co_names or code.co_flags & (
-            inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
-        return None     # (the cheap test first: most functions have no loop to rewrite)
+    if not _may_rewrite(code):
+        return None
     new = _rewritten_code(code)
     if new is None:
         return None
@@ -480,15 +485,14 @@ class CalledFunctions:
 
     def enter(self, fn):
         """Make ``fn`` run its rewritten code (if it has any) until restore()."""
-        code = getattr(fn, "__code__", None)
-        if type(fn) is not types.FunctionType or "range" not in code.co_names \
+        if type(fn) is not types.FunctionType or not _may_rewrite(fn.__code__) \
                 or not enabled():
             return
+        code = fn.__code__
         with self._lock:
             entry = self._swapped.get(fn)
             if entry is None:
-                if _library_code(code) or code.co_flags & (
-                        inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
+                if _library_code(code):
                     return
                 new = _rewritten_code(code)
                 if new is None or new.co_freevars != code.co_freevars:
@@ -511,10 +515,11 @@ class CalledFunctions:
 
 # --- the loop at run time ----------------------------------------------------------------------
 
-def _run_as_written(r, body, carry):
-    for i in r:
-        carry = body(i, *carry)
-    return carry
+def _run_as_written(r, body, carry, last=UNBOUND):
+    """The loop as written; (carried values..., the loop variable's last value)."""
+    for last in r:
+        carry = body(last, *carry)
+    return carry + (last,)
 
 
 def _is_tracer(x):
@@ -555,16 +560,10 @@ def for_range(range_fn, args, body, names, written_first, var, line):
     init = tuple(f_locals.get(n, UNBOUND) for n in names)
     var_before = f_locals.get(var, UNBOUND)
     r = range_fn(*args)
-    if range_fn is not builtins.range:     # a `range` of the user's: any iterable
-        last = var_before
-        carry = init
-        for last in r:
-            carry = body(last, *carry)
-        return carry + (last,)
-    if len(r) < max(ROLL_MIN_STEPS, PEELED + 2):
-        return _run_as_written(r, body, init) + ((r[-1] if len(r) else var_before),)
+    if range_fn is not builtins.range or len(r) < max(ROLL_MIN_STEPS, PEELED + 2):
+        return _run_as_written(r, body, init, var_before)   # (a user's `range`: any iterable)
     where = f"{os.path.basename(caller.f_code.co_filename)}:{line}"
-    carry = _run_as_written(r[:PEELED - 1], body, init)
+    carry = _run_as_written(r[:PEELED - 1], body, init)[:-1]
     # the last peeled iteration measures how many ops one iteration records
     traces = {id(t): t for t in (getattr(c, "_trace", None) for c in carry) if t is not None}
     before = {k: len(t.nodes) for k, t in traces.items()}
@@ -575,7 +574,7 @@ def for_range(range_fn, args, body, names, written_first, var, line):
     rest = r[PEELED:-1]     # the last iteration runs as written too
     if not traces or per_step * len(r) < ROLL_MIN_NODES:
         # nothing traced flows through the loop (it computes constants), or it is small
-        return _run_as_written(r[PEELED:], body, carry) + (r[-1],)
+        return _run_as_written(r[PEELED:], body, carry)
     traced_at = [k for k, c in enumerate(carry) if not written_first[k] and (
         _is_tracer(c) or type(c) is np.ndarray or isinstance(c, np.generic))]
     fixed = {k: c for k, c in enumerate(carry) if k not in set(traced_at) and not written_first[k]}
