@@ -124,12 +124,20 @@ PyMODINIT_FUNC PyInit_tg_probe(void) { return PyModule_Create(&m); }
 """
 
 
-def _python_include(cmd, flags, libs):
-    """The folder of Python.h when a CPython extension builds with it, else
-    None (then the kernels are called through ctypes)."""
+def _presumed_python_include():
+    """Python.h's folder where the file is there (CPython), else None."""
     inc = _sysconfig.get_paths().get("include")
     if _sys.implementation.name != "cpython" or not inc or \
             not _os.path.isfile(_os.path.join(inc, "Python.h")):
+        return None
+    return inc
+
+
+def _python_include(cmd, flags, libs):
+    """The folder of Python.h when a CPython extension builds with it, else
+    None (then the kernels are called through ctypes)."""
+    inc = _presumed_python_include()
+    if inc is None:
         return None
     d = _tempfile.mkdtemp(prefix="tracegrad-probe-")
     try:
@@ -238,18 +246,26 @@ def compiler_command(cc=None):
     return None
 
 
-def recipe(cc=None, math=None, threads=None):
+def recipe(cc=None, math=None, threads=None, presume=False):
     """The build recipe for this machine: a dict with the compiler command,
     flags, libraries, ISA level, vector-math functions and an identity
     string (every part that changes the object: it belongs in a cache key).
-    Raises NativeBuildError when there is no working C compiler."""
+    Raises NativeBuildError when there is no working C compiler.
+
+    presume=True runs no probe build: it presumes that every first choice
+    works (the best ISA level of the CPU in the usual spelling, the vector
+    math glibc's version has, Python's headers where Python.h is installed,
+    OpenMP when threads are asked for), which is the recipe the probes find
+    wherever they all pass, identity included.  The caller then builds with
+    it and probes only when that build fails ("presumed": True marks it)."""
     cc = cc or _os.environ.get("CC") or "cc"
     math = (math or _os.environ.get("TRACEGRAD_NATIVE_MATH") or "vector").strip().lower()
     if math not in ("vector", "scalar"):
         raise NativeBuildError(f"TRACEGRAD_NATIVE_MATH must be 'vector' or 'scalar', "
                                f"got {math!r}")
     threads = num_threads(threads)
-    key = (cc, math, threads, _os.environ.get("PATH", ""))
+    key = (cc, math, threads, _os.environ.get("PATH", ""), presume,
+           _os.geteuid() if hasattr(_os, "geteuid") else None)   # what this user may read
     if key in _recipes:
         r = _recipes[key]
         if isinstance(r, NativeBuildError):
@@ -263,6 +279,22 @@ def recipe(cc=None, math=None, threads=None):
         ver = _run_compiler(cmd + ["--version"], "to tell its version")
         ident = (ver.stdout.decode(errors="replace").strip().splitlines() or ["?"])[0]
         flags = list(_BASE_FLAGS)
+        glibc = _glibc_version()
+        funcs = ()
+        if math == "vector" and _platform.machine().lower() in ("x86_64", "amd64") and glibc:
+            if _version_tuple(glibc) >= (2, 35):
+                funcs = _MVEC_OLD + _MVEC_NEW
+            elif _version_tuple(glibc) >= (2, 22):
+                funcs = _MVEC_OLD
+        libs = ["-lmvec", "-lm"] if funcs else ["-lm"]
+        if presume:
+            levels = _cpu_levels()
+            r = _recipe_dict(cmd, flags + [f"-march={levels[0]}"] if levels else flags, libs,
+                             levels[0] if levels else "baseline", math, threads, funcs, ident,
+                             glibc, _presumed_python_include())
+            r["presumed"] = True
+            _recipes[key] = r
+            return r
         # Probing costs a compile each (about 50 ms), and a cold start pays
         # them all: the Python-header probe runs beside the others, and the
         # ISA level is tried together with the vector math (split only if
@@ -272,14 +304,6 @@ def recipe(cc=None, math=None, threads=None):
         header_probe = _threading.Thread(
             target=lambda: found_inc.append(_python_include(cmd, base, ["-lm"])), daemon=True)
         header_probe.start()
-        glibc = _glibc_version()
-        funcs = ()
-        if math == "vector" and _platform.machine().lower() in ("x86_64", "amd64") and glibc:
-            if _version_tuple(glibc) >= (2, 35):
-                funcs = _MVEC_OLD + _MVEC_NEW
-            elif _version_tuple(glibc) >= (2, 22):
-                funcs = _MVEC_OLD
-        libs = ["-lmvec", "-lm"] if funcs else ["-lm"]
         isa = "baseline"
         proven = False      # has a probe built with the final flags, math and libraries?
         plain = False       # ... with the final flags, no vector math and -lm?
@@ -313,23 +337,27 @@ def recipe(cc=None, math=None, threads=None):
                 _shutil.rmtree(d, ignore_errors=True)
         header_probe.join()
         inc = found_inc[0] if found_inc else None
-        openmp = "none"
-        if threads > 1:
-            if _openmp(cmd, flags, libs):
-                openmp = "-fopenmp"
-                flags = flags + ["-fopenmp", f"-DTG_NUM_THREADS={threads}"]
-            else:
-                threads = 1      # no OpenMP: one thread, no error
-        r = {"cc": cmd, "flags": flags, "libs": libs, "isa": isa, "math": math,
-             "threads": threads, "openmp": openmp,
-             "vector_math": list(funcs), "compiler": ident, "glibc": glibc,
-             "python": f"{_sys.implementation.cache_tag} {_sysconfig.get_config_var('SOABI')}",
-             "entry": "python" if inc else "ctypes", "python_include": inc}
-        r["identity"] = " | ".join(f"{k}={r[k]}" for k in sorted(r))
+        if threads > 1 and not _openmp(cmd, flags, libs):
+            threads = 1      # no OpenMP: one thread, no error
+        r = _recipe_dict(cmd, flags, libs, isa, math, threads, funcs, ident, glibc, inc)
     except NativeBuildError as e:
         _recipes[key] = e
         raise
     _recipes[key] = r
+    return r
+
+
+def _recipe_dict(cmd, flags, libs, isa, math, threads, funcs, ident, glibc, inc):
+    """The recipe of these choices, with its identity (threads > 1: OpenMP)."""
+    openmp = "-fopenmp" if threads > 1 else "none"
+    if threads > 1:
+        flags = flags + ["-fopenmp", f"-DTG_NUM_THREADS={threads}"]
+    r = {"cc": cmd, "flags": flags, "libs": libs, "isa": isa, "math": math,
+         "threads": threads, "openmp": openmp,
+         "vector_math": list(funcs), "compiler": ident, "glibc": glibc,
+         "python": f"{_sys.implementation.cache_tag} {_sysconfig.get_config_var('SOABI')}",
+         "entry": "python" if inc else "ctypes", "python_include": inc}
+    r["identity"] = " | ".join(f"{k}={r[k]}" for k in sorted(r))
     return r
 
 
@@ -406,18 +434,38 @@ def load_library(source, module_file, rec):
             _private_dir.append(_tempfile.mkdtemp(prefix="tracegrad-native-"))   # mode 0700
         folder, base = _private_dir[0], "module"
     path = _os.path.join(folder, f"{base}-{digest}.so")
+    name, extra = None, ()
     if entry == "python":
         name = f"tg_{digest}"
-        if not _safe_object(path):
-            build(source, path, rec, ["-DTG_PYTHON_ENTRY", f"-DTG_MODULE_NAME={name}",
-                                      "-I" + rec["python_include"], "-I" + np_inc])
-        import importlib.machinery
-        import importlib.util
-        loader = importlib.machinery.ExtensionFileLoader(name, path)
-        spec = importlib.util.spec_from_file_location(name, path, loader=loader)
-        mod = importlib.util.module_from_spec(spec)
-        loader.exec_module(mod)
-        return mod, "python"
-    if not _safe_object(path):
-        build(source, path, rec)
-    return _ctypes.CDLL(path), "ctypes"
+        extra = ["-DTG_PYTHON_ENTRY", f"-DTG_MODULE_NAME={name}", "-I" + rec["python_include"],
+                 "-I" + np_inc]
+    built = not _safe_object(path)
+    if built:
+        build(source, path, rec, extra)
+    try:
+        return _load_object(path, name), entry
+    except (ImportError, OSError) as e:
+        if built:
+            raise NativeBuildError(f"the shared object built from the generated C source "
+                                   f"could not be loaded ({e})") from None
+    # an object already there that does not load (damaged, or built by
+    # another toolchain under the same name): build it again
+    build(source, path, rec, extra)
+    try:
+        return _load_object(path, name), entry
+    except (ImportError, OSError) as e:
+        raise NativeBuildError(f"the shared object built from the generated C source could "
+                               f"not be loaded ({e})") from None
+
+
+def _load_object(path, name):
+    """The extension module ``name`` at path, or (name None) the library."""
+    if name is None:
+        return _ctypes.CDLL(path)
+    import importlib.machinery
+    import importlib.util
+    loader = importlib.machinery.ExtensionFileLoader(name, path)
+    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod

@@ -2,6 +2,7 @@
 kernels built by the C compiler, compared with the NumPy target over the
 CUDA tests' corpus; the fallback without a compiler; the cache; and the
 near-linear fusion grouping both targets share."""
+import json
 import logging
 import math
 import os
@@ -126,7 +127,8 @@ def test_bad_math_option_is_a_clear_fallback(monkeypatch, caplog):
     assert any("TRACEGRAD_NATIVE_MATH" in r.getMessage() for r in caplog.records)
 
 
-def test_no_compiler_falls_back_to_numpy_with_one_log_line(tmp_path):
+@pytest.mark.parametrize("asked", ["backend='native'", "the default"])
+def test_no_compiler_falls_back_to_numpy_with_one_log_line(tmp_path, asked):
     # a fresh process whose PATH has no C compiler and no CC (nor the
     # pip-installed Zig the native extra brings)
     code = textwrap.dedent("""
@@ -134,13 +136,14 @@ def test_no_compiler_falls_back_to_numpy_with_one_log_line(tmp_path):
         sys.modules["ziglang"] = None
         import logging, numpy as np, tracegrad as tg
         logging.basicConfig(level=logging.WARNING, format="%(name)s|%(message)s")
-        f = tg.grad(lambda x: np.sum(np.sin(x) ** 2), backend="native")
+        f = tg.grad(lambda x: np.sum(np.sin(x) ** 2), BACKEND)
         for n in (3, 4):
             print(repr(f(np.ones(n)).tolist()))
         print("TARGET", tg.cache_info()["target"])
-    """)
+    """).replace("BACKEND", "backend='native'" if asked == "backend='native'" else "")
     env = dict(os.environ, PATH=str(tmp_path), TRACEGRAD_CACHE="0")
     env.pop("CC", None)
+    env.pop("TRACEGRAD_BACKEND", None)
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stderr
@@ -711,11 +714,11 @@ def test_compiler_without_openmp_falls_back_to_one_thread(tmp_path, monkeypatch,
     monkeypatch.setenv("CC", str(fake))
     monkeypatch.setenv("TRACEGRAD_NUM_THREADS", "2")
     with caplog.at_level(logging.WARNING, logger="tracegrad.native"):
-        rec = codegen_c.recipe()
         n = 2 * codegen_c.PARALLEL_MIN
         x = np.linspace(-1.0, 2.0, n)
         f = tg.value_and_grad(w2, argnums=(0, 1), backend="native")
         got = f(x, x)
+        rec = codegen_c.recipe()     # the build with the presumed recipe failed: probed
     assert rec["threads"] == 1 and rec["openmp"] == "none" and "-fopenmp" not in rec["flags"]
     assert tg.cache_info()["target"] == "native"
     assert not [r for r in caplog.records if "not available" in r.getMessage()]
@@ -987,6 +990,23 @@ def test_the_recipe_probes_fall_back_one_by_one(tmp_path, monkeypatch, refuse, i
 
 
 @needs_cc
+def test_native_is_the_default_wherever_a_compiler_works(monkeypatch):
+    monkeypatch.delenv("TRACEGRAD_BACKEND", raising=False)
+    x = np.linspace(0.1, 1.0, 6)
+
+    def f(x):
+        return np.sum(np.sin(x) * np.exp(-x))
+    expect = np.cos(x) * np.exp(-x) - np.sin(x) * np.exp(-x)
+    np.testing.assert_allclose(tg.grad(f)(x), expect, rtol=1e-13)
+    assert tg.cache_info()["target"] == "native"
+    np.testing.assert_allclose(tg.grad(f, backend="numpy")(x), expect, rtol=1e-13)
+    assert tg.cache_info()["target"] == "numpy"
+    jac = tg.autograd.functional.jacobian(lambda t: (t * t).sin(), tg.tensor(x))
+    np.testing.assert_allclose(np.diag(jac.numpy()), 2 * x * np.cos(x * x), rtol=1e-13)
+    assert tg.cache_info()["target"] == "native"
+
+
+@needs_cc
 def test_tracegrad_backend_selects_the_native_target_everywhere(monkeypatch):
     monkeypatch.setenv("TRACEGRAD_BACKEND", "native")
     x = np.linspace(0.1, 1.0, 7)
@@ -1008,3 +1028,73 @@ def test_tracegrad_backend_selects_the_native_target_everywhere(monkeypatch):
     monkeypatch.setenv("TRACEGRAD_BACKEND", "fortran")
     with pytest.raises(ValueError, match="TRACEGRAD_BACKEND must be one of numpy, native"):
         tg.grad(lambda x: np.sum(np.tan(x)))(x)
+
+
+@needs_cc
+def test_presumed_recipe_is_the_probed_one_where_every_probe_passes():
+    # the first build uses the presumed recipe (no probe builds); its
+    # identity is part of every cache key, so it must be the probes' own
+    ns = codegen_c._loader()
+    real = shutil.which("cc")
+    presumed = ns["recipe"](cc=real, presume=True)
+    probed = ns["recipe"](cc=real)
+    assert presumed.pop("presumed") is True
+    assert presumed == probed
+
+
+@needs_cc
+@pytest.mark.parametrize("refuse", ["-march=x86-64-v4", "-lmvec", "Python.h"])
+def test_a_presumed_recipe_that_fails_to_build_is_probed_and_built_again(tmp_path, monkeypatch,
+                                                                         caplog, refuse):
+    from tracegrad import codegen_c_build
+    ns = codegen_c._loader()
+    real = shutil.which("cc")
+    if refuse == "-march=x86-64-v4" and ns["recipe"](cc=real)["isa"] != "x86-64-v4":
+        pytest.skip("this CPU has no AVX-512: the presumed level is v3 or none")
+    cc = tmp_path / "cc"
+    if refuse == "Python.h":     # refused where it is included: a probe, or the extension entry
+        test = ('case "$f" in -DTG_PYTHON_ENTRY) exit 1;; *.c) grep -q TG_PYTHON_ENTRY "$f" || '
+                '{ grep -q "Python.h" "$f" && exit 1; };; esac')
+        cc.write_text(f'#!/bin/sh\nfor f in "$@"; do {test}; done\nexec {real} "$@"\n')
+    else:
+        cc.write_text(f'#!/bin/sh\nfor a in "$@"; do [ "$a" = "{refuse}" ] && exit 1; done\n'
+                      f'exec {real} "$@"\n')
+    cc.chmod(0o755)
+    monkeypatch.setenv("CC", str(cc))
+    monkeypatch.setenv("TRACEGRAD_CACHE", "1")
+    monkeypatch.setenv("TRACEGRAD_CACHE_DIR", str(tmp_path / "cache"))
+    assert codegen_c.recipe()["presumed"] is True
+    x = np.linspace(0.1, 1.0, 9 + len(refuse))      # a shape no other test compiled
+    with caplog.at_level(logging.WARNING, logger="tracegrad.native"):
+        got = tg.value_and_grad(w2, argnums=(0, 1), backend="native")(x, x)
+    assert tg.cache_info()["target"] == "native"
+    assert not [r for r in caplog.records if "not available" in r.getMessage()]
+    rec = codegen_c.recipe()
+    assert "presumed" not in rec
+    assert {"-march=x86-64-v4": rec["isa"] != "x86-64-v4", "-lmvec": rec["vector_math"] == [],
+            "Python.h": rec["entry"] == "ctypes"}[refuse]
+    remembered = list((tmp_path / "cache").glob("native-recipe-*.json"))
+    assert len(remembered) == 1 and "presumed" not in json.loads(remembered[0].read_text())
+    _assert_close(got, tg.value_and_grad(w2, argnums=(0, 1))(x, x), np.float64)
+    # a later process starts from the remembered recipe: no probe, no failed build
+    codegen_c_build._memo.clear()
+    assert codegen_c.recipe() == rec
+
+
+@needs_cc
+def test_a_working_presumed_recipe_is_remembered_after_its_first_build(tmp_path, monkeypatch):
+    from tracegrad import codegen_c_build
+    cc = tmp_path / "cc"
+    cc.write_text(f'#!/bin/sh\nexec {shutil.which("cc")} "$@"\n')
+    cc.chmod(0o755)
+    monkeypatch.setenv("CC", str(cc))
+    monkeypatch.setenv("TRACEGRAD_CACHE", "1")
+    monkeypatch.setenv("TRACEGRAD_CACHE_DIR", str(tmp_path / "cache"))
+    presumed = codegen_c.recipe()
+    assert presumed["presumed"] is True
+    assert not list((tmp_path / "cache").glob("native-recipe-*.json"))
+    tg.grad(lambda x: np.sum(np.sin(x)), backend="native")(np.ones(3))
+    assert tg.cache_info()["target"] == "native"
+    codegen_c_build._memo.clear()
+    rec = codegen_c.recipe()
+    assert "presumed" not in rec and rec["identity"] == presumed["identity"]

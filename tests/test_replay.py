@@ -158,6 +158,51 @@ def test_mlp_step_with_broadcast_bias_matches():
         np.testing.assert_array_equal(g, w)
 
 
+def test_the_replay_stays_on_the_numpy_target_unless_native_is_asked_for(monkeypatch):
+    # the default target of compiled functions is native, but the replay
+    # starts by itself and must not change a result: it stays on the NumPy
+    # target unless TRACEGRAD_BACKEND=native asks for native code everywhere
+    from tracegrad import codegen_c_build
+    rng = np.random.default_rng(1)
+    X, Y = rng.standard_normal((8, 5)), rng.standard_normal((8, 3))
+    init = [rng.standard_normal((5, 6)) * 0.3, np.zeros(6)]
+
+    def run(enabled):
+        replay.set_backward_replay(enabled)
+        ps = [tg.tensor(p.copy(), requires_grad=True) for p in init]
+        grads = []
+        for _ in range(4):
+            for p in ps:
+                p.grad = None
+            h = tg.tanh(tg.tensor(X) @ ps[0] + ps[1])
+            (h[:, :3] - tg.tensor(Y)).pow(2).mean().backward()
+            grads.append([p.grad.numpy().copy() for p in ps])
+        return grads
+
+    want = run(False)
+    monkeypatch.delenv("TRACEGRAD_BACKEND", raising=False)
+    replay.clear()
+    got = run(True)
+    assert _plan_targets() == ["numpy"]
+    for w, g in zip(want, got):
+        for a, b in zip(w, g):
+            np.testing.assert_array_equal(b, a)
+    if codegen_c_build.recipe_or_none() is None:
+        return
+    monkeypatch.setenv("TRACEGRAD_BACKEND", "native")
+    replay.clear()
+    got = run(True)
+    assert _plan_targets() == ["native"]
+    for w, g in zip(want, got):      # vector math and fused sums: within a few ulp
+        for a, b in zip(w, g):
+            np.testing.assert_allclose(b, a, rtol=1e-13, atol=1e-15)
+
+
+def _plan_targets():
+    return ["native" if 'TARGET = "native"' in p.source else "numpy"
+            for p in replay._plans.values() if p is not replay._NO_PLAN]
+
+
 def test_second_backward_through_a_replayed_tape_raises_freed():
     x = tg.tensor(np.arange(4.0), requires_grad=True)
     for _ in range(2):

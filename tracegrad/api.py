@@ -412,8 +412,12 @@ class Compiled:
         """faces: the dialect of each leaf (None: all NumPy)."""
         avals = [_leaf_aval(a) for a in arrays]
         from tracegrad import pipeline
-        backend = self.backend or ("cupy" if any(type(a).__module__.startswith("cupy")
-                                                 for a in arrays) else pipeline.default_backend())
+        # CuPy arrays select the CUDA target; Dask arrays the NumPy target
+        # (each chunk's program runs on a worker); else the default
+        backend = self.backend or (
+            "cupy" if any(type(a).__module__.startswith("cupy") for a in arrays) else
+            "numpy" if any(distributed.is_dask_array(a) for a in arrays) else
+            pipeline.default_backend())
 
         def rebuild(tracers):
             return _rebuild_args(tracers, ranges, kw_tree, statics, nargs)

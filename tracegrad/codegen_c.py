@@ -138,6 +138,12 @@ class Function(codegen_cuda.Function):
         self._released = 0
         self._kept_bytes = 0
         self._c_vars = set()   # variables holding C-contiguous arrays of their node's dtype
+        self._kernel_0d = set()    # 0-d values a kernel computes (0-d arrays in the driver)
+
+    def _returned(self, v, name):
+        # a 0-d value a kernel computes is returned as a NumPy scalar, as
+        # NumPy's ufuncs return it and the NumPy target does
+        return f"{name}[()]" if v in self._kernel_0d else name
 
     def _advance(self, i):
         """Statement i is next: pool the buffers of the values dead before it."""
@@ -202,6 +208,8 @@ class Function(codegen_cuda.Function):
                           "source": f"kernel {kname}: {kern.describe(g)}"})
         for v, var in kern.outputs:
             self._kernel_output(g, v, var, i, names)
+            if g.nodes[v]["shape"] == ():
+                self._kernel_0d.add(v)
         for (r, var, dt), acc in zip(kern.partials, kern.accs):
             d = g.nodes[r]
             suffix = "f32" if dt == np.float32 else "f64"
@@ -342,6 +350,12 @@ def translation_unit(graph, header=(), rec=None) -> str:
     return c_source(None, lowered, g_of, rec if rec is not None else recipe_or_none(), header)
 
 
+def _array_args(f, g):
+    """The arguments a driver function converts with np.asarray: all but
+    object inputs (a np.random.Generator stays itself: its draws are calls)."""
+    return [a for a, v in zip(f.args, g.graph["inputs"]) if g.nodes[v]["dtype"] != object]
+
+
 def generate_driver(functions, source="", transform="", key="", rec=None, standalone=False):
     """Source of one Python module holding a function per (graph, name, arg
     names, docstring) in ``functions``, with the kernels of all of them in
@@ -353,7 +367,8 @@ def generate_driver(functions, source="", transform="", key="", rec=None, standa
     csrc = c_source(functions, lowered, g_of, rec if not standalone else None)
     return codegen_cuda._jinja().get_template("native_driver.py.j2").render(
         version=__version__, source=source, transform=transform, key=key,
-        c_source=codegen_cuda._py_string(csrc), recipe=repr(None if standalone else rec),
+        c_source=codegen_cuda._py_string(csrc),
+        recipe=repr(None if standalone else {k: v for k, v in rec.items() if k != "presumed"}),
         loader=_loader_text(), needs_math=module.needs_math,
         needs_base64=module.needs_base64, helpers=module.helpers,
         constants=module.constants,
@@ -364,6 +379,7 @@ def generate_driver(functions, source="", transform="", key="", rec=None, standa
                 for f in lowered if isinstance(f, codegen_c_whole.WholeFunction)],
         functions=[{"name": f.name, "args": f.args, "doc": f.doc, "body": f.body,
                     "returns": f.returns,
-                    "asarray": not isinstance(f, codegen_c_whole.WholeFunction),
+                    "asarray": [] if isinstance(f, codegen_c_whole.WholeFunction) else
+                    _array_args(f, g_of[id(f)]),
                     "scratch": getattr(f, "scratch", [])}
                    for f in lowered])

@@ -71,7 +71,8 @@ def _memo_key():
              (os.environ.get("TRACEGRAD_NATIVE_MATH") or "vector").strip().lower(),
              os.environ.get("TRACEGRAD_NUM_THREADS"), _loader()["_cores"](),
              platform.machine(), platform.libc_ver(), sys.implementation.cache_tag,
-             sys.version, hashlib.sha256(_loader_text().encode()).hexdigest()]
+             sys.version, hashlib.sha256(_loader_text().encode()).hexdigest(),
+             os.geteuid() if hasattr(os, "geteuid") else None]   # what this user may read
     try:
         with open("/proc/cpuinfo") as f:
             parts.append(next((ln for ln in f if ln.startswith("flags")), ""))
@@ -89,16 +90,48 @@ def _probe():
         if text is not None:
             try:
                 rec = json.loads(text)
-                if isinstance(rec, dict) and "identity" in rec:
+                if isinstance(rec, dict) and "identity" in rec and not rec.get("presumed"):
                     _memo[key] = rec
                     return rec
             except ValueError:
                 pass
-    rec = _loader()["recipe"]()     # raises NativeBuildError
+    # No probe builds yet: the first module is built with the presumed recipe
+    # (every first choice works), and the probes run only if that fails.
+    rec = _loader()["recipe"](presume=True)     # raises NativeBuildError
     if key is not None:
         _memo[key] = rec
-        cache.write_private(f"native-recipe-{key}.json", json.dumps(rec, sort_keys=True))
     return rec
+
+
+def _remember(key, rec):
+    _memo[key] = rec
+    cache.write_private(f"native-recipe-{key}.json", json.dumps(rec, sort_keys=True))
+
+
+def confirm():
+    """A module built and loaded with the recipe: a presumed one is proven,
+    and remembered in the cache folder for later processes."""
+    key = _memo_key()
+    rec = _memo.get(key)
+    if rec is not None and rec.get("presumed"):
+        _remember(key, {k: v for k, v in rec.items() if k != "presumed"})
+
+
+def reprobe():
+    """A build with the presumed recipe failed: run the probes.  True when
+    they found another recipe (a build with it is worth trying), False when
+    the recipe was not presumed or the probes found the same one."""
+    key = _memo_key()
+    rec = _memo.get(key)
+    if key is None or rec is None or not rec.get("presumed"):
+        return False
+    try:
+        found = _loader()["recipe"]()
+    except build_error():
+        _memo[key] = dict(rec, presumed=False)     # no further probing in this process
+        raise
+    _remember(key, found)
+    return found["identity"] != rec["identity"]
 
 
 def whole_enabled():

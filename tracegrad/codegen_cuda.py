@@ -429,9 +429,13 @@ class Function:
             self.body.append({"code": code, "comment": comment,
                               "source": src if src != prev_src else None})
             prev_src = src
-        rets = [expr(v) if g.nodes[v]["op"] in ("const", "input") else names[v]
+        rets = [expr(v) if g.nodes[v]["op"] in ("const", "input") else self._returned(v, names[v])
                 for v in g.graph["outputs"]]
         self.returns = "(" + ", ".join(rets) + ("," if len(rets) == 1 else "") + ")"
+
+    def _returned(self, v, name):
+        """The expression returning output v, held in variable ``name``."""
+        return name
 
     _library_name = "CuPy"
 

@@ -18,16 +18,26 @@ BACKENDS = ("numpy", "native")     # the ones TRACEGRAD_BACKEND may name
 
 
 def default_backend():
-    """The target of a compiled function given no ``backend=``: ``numpy``,
-    or what ``TRACEGRAD_BACKEND`` names (``native``: every decorator,
-    ``tg.vjp``/``tg.jvp`` and ``tg.autograd.functional``; CuPy arrays still
-    select the CUDA target)."""
-    name = (os.environ.get("TRACEGRAD_BACKEND") or "numpy").strip().lower()
+    """The target of a compiled function given no ``backend=`` (every
+    decorator, ``tg.vjp``/``tg.jvp`` and ``tg.autograd.functional``):
+    ``native`` (the NumPy target where no C compiler works, with one log
+    line), or what ``TRACEGRAD_BACKEND`` names.  CuPy arrays select the CUDA
+    target and Dask arrays the NumPy target whatever it says."""
+    name = (os.environ.get("TRACEGRAD_BACKEND") or "native").strip().lower()
     if name not in BACKENDS:
         raise ValueError(f"TRACEGRAD_BACKEND must be one of {', '.join(BACKENDS)}, got "
                          f"{os.environ.get('TRACEGRAD_BACKEND')!r} (CuPy arrays select the "
                          f"CUDA target by themselves)")
     return name
+
+
+def replay_backend():
+    """The eager backward replay's target: the NumPy target, whose results
+    are the interpreter's to the last bit (the replay starts by itself at a
+    tape's third backward, so it must not change a result), unless
+    ``TRACEGRAD_BACKEND=native`` asks for native code everywhere."""
+    name = (os.environ.get("TRACEGRAD_BACKEND") or "").strip().lower()
+    return "native" if name == "native" else "numpy"
 
 
 # What each transform's graph holds, for the callers that lay out results.
@@ -139,6 +149,10 @@ def load(khash, parts, make_source, explain_as=None):
             ns = cache.store(khash, source, parts)
         except Exception as e:  # noqa: BLE001 -- only a failed native build is handled
             ns = _native_failed(e, khash, parts, make_source)
+        else:
+            if ns.get("_lib") is not None:      # a native module built and loaded
+                from tracegrad import codegen_c_build
+                codegen_c_build.confirm()
     cache.note_target(ns.get("TARGET") or ("cupy" if parts.get("backend") == "cupy"
                                            else "numpy"))
     return ns
@@ -154,10 +168,27 @@ def _native_failed(e, khash, parts, make_source):
     # builder is pasted into it), so the class is recognised by name
     if type(e).__name__ != "NativeBuildError":
         raise e
-    rec, _ = codegen_c.available()
-    if rec is not None:
-        codegen_c.mark_broken(rec, f"the C build failed: {e}")
-    codegen_c.fallback_notice(f"the C build failed: {str(e).splitlines()[0]}")
     cache.discard(khash)
+    rec, _ = codegen_c.available()
+    why = f"the C build failed: {e}"
+    try:
+        # built with the presumed recipe: the probes may find one that builds
+        retry = codegen_c.reprobe()
+    except codegen_c.build_error() as probe_error:
+        retry, why = False, str(probe_error)
+    if retry:
+        parts = native_parts({k: v for k, v in parts.items() if k != "native"})
+        khash = cache.key_hash(parts)
+        try:
+            return cache.store(khash, make_source(), parts)
+        except Exception as e2:  # noqa: BLE001 -- as above
+            if type(e2).__name__ != "NativeBuildError":
+                raise
+            cache.discard(khash)
+            rec, _ = codegen_c.available()
+            why = f"the C build failed: {e2}"
+    if rec is not None:
+        codegen_c.mark_broken(rec, why)
+    codegen_c.fallback_notice(why.splitlines()[0])
     parts = native_parts({k: v for k, v in parts.items() if k != "native"})
     return cache.store(cache.key_hash(parts), make_source(), parts)

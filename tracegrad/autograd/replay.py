@@ -421,7 +421,7 @@ def _build(nodes, arrays, key, seed_given, targets):
                + ("the loss's cotangent and " if seed_given else "")
                + f"saved arrays in, the gradients of {len(leaves)} leaf tensors out"
                + ("." if seed_given else " (the loss's cotangent is ones)."))
-        source = pipeline.generate([(g, "backward", names, doc)],
+        source = pipeline.generate([(g, "backward", names, doc)], pipeline.replay_backend(),
                                    source="eager tape", transform="backward replay", key=khash)
         filename = f"<tracegrad backward replay {khash[:12]}>"
         fn = _exec_source(source, filename, khash)["backward"]
