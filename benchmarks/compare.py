@@ -11,8 +11,11 @@ Workloads (value and gradient unless said otherwise):
       cache and then with a warm disk cache
 
 "tracegrad native" is the native CPU target (backend="native": C kernels
-built by the C compiler, docs/native.md); W5 reports its cold and warm
-start in seconds on the last line.
+built by the C compiler, docs/native.md), the default wherever a C compiler
+works; "tracegrad numpy" the NumPy target (backend="numpy").  W3's "its
+matmuls alone" times the gradient's five matrix products by themselves:
+the floor of any code that keeps NumPy's BLAS.  W5 reports each target's
+cold and warm start in seconds on the last line.
 
 Each candidate is timed in rounds interleaved with hand-written NumPy and
 printed as the median over rounds of its time / NumPy's time in the same
@@ -165,8 +168,8 @@ def interleaved_row(name, base_fn, fns, rounds=21, batch_time=0.02):
 
 def w1():
     x = np.random.default_rng(0).standard_normal(16)
-    vg = tg.value_and_grad(rosen)
-    entries = {"tracegrad": lambda: vg(x)}
+    vg = tg.value_and_grad(rosen, backend="numpy")
+    entries = {"tracegrad numpy": lambda: vg(x)}
     vn = tg.value_and_grad(rosen, backend="native")
     entries["tracegrad native"] = lambda: vn(x)
     xt = tg.tensor(x, requires_grad=True)
@@ -199,8 +202,8 @@ def w1():
 def w2(n):
     rng = np.random.default_rng(0)
     x, y = rng.standard_normal(n), rng.standard_normal(n)
-    vg = tg.value_and_grad(chain, argnums=(0, 1))
-    entries = {"tracegrad": lambda: vg(x, y)}
+    vg = tg.value_and_grad(chain, argnums=(0, 1), backend="numpy")
+    entries = {"tracegrad numpy": lambda: vg(x, y)}
     vn = tg.value_and_grad(chain, argnums=(0, 1), backend="native")
     entries["tracegrad native"] = lambda: vn(x, y)
     xt, yt = tg.tensor(x, requires_grad=True), tg.tensor(y, requires_grad=True)
@@ -236,10 +239,17 @@ def mlp_args():
 
 def w3():
     args = mlp_args()
-    vg = tg.value_and_grad(mlp, argnums=(0, 1, 2, 3))
-    entries = {"tracegrad": lambda: vg(*args)}
+    vg = tg.value_and_grad(mlp, argnums=(0, 1, 2, 3), backend="numpy")
+    entries = {"tracegrad numpy": lambda: vg(*args)}
     vn = tg.value_and_grad(mlp, argnums=(0, 1, 2, 3), backend="native")
     entries["tracegrad native"] = lambda: vn(*args)
+    # the floor of any code that keeps NumPy's BLAS: the five matrix products
+    # of the gradient alone, on the same operands
+    W1, b1, W2, b2, X, Y = args
+    h = np.tanh(X @ W1 + b1)
+    d = (2.0 / Y.size) * (h @ W2 + b2 - Y)
+    dh = (d @ W2.T) * (1 - h * h)
+    entries["its matmuls alone"] = lambda: (X @ W1, h @ W2, h.T @ d, d @ W2.T, X.T @ dh)
     ts = [tg.tensor(a, requires_grad=i < 4) for i, a in enumerate(args)]
 
     def eager():
@@ -268,10 +278,10 @@ def w3():
 def w4():
     rng = np.random.default_rng(0)
     x, A = rng.standard_normal(100), rng.standard_normal((50, 100)) * 0.1
-    h = tg.hessian(lse_quad)
+    h = tg.hessian(lse_quad, backend="numpy")
     H = h(x, A)
     np.testing.assert_allclose(H, lse_quad_hessian_by_hand(x, A), rtol=1e-8, atol=1e-10)
-    entries = {"tracegrad": lambda: h(x, A)}
+    entries = {"tracegrad numpy": lambda: h(x, A)}
     hn = tg.hessian(lse_quad, backend="native")
     np.testing.assert_allclose(hn(x, A), H, rtol=1e-10, atol=1e-12)
     entries["tracegrad native"] = lambda: hn(x, A)
@@ -332,31 +342,26 @@ def _process_time(code, env, repeats=5):
 def w5():
     # Python's own bytecode cache on, as after a pip install (some shells set
     # PYTHONDONTWRITEBYTECODE: every start would then recompile tracegrad's
-    # modules from source); one start first writes it.
+    # modules from source); one start first writes it.  Each target (the
+    # default, native where a C compiler works, and the NumPy target) starts
+    # three times with an empty cache, then from a warm one.
     base_env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     base_env["OPENBLAS_NUM_THREADS"] = "1"
     with tempfile.TemporaryDirectory() as d:
         _process_time(W5_SCRIPT, dict(base_env, TRACEGRAD_CACHE_DIR=d), repeats=1)
-    numpy_t = _process_time(W5_NUMPY, base_env)
-    cold = []
-    for _ in range(3):
+    out = {"workload": "W5 fresh process to first W3 grad",
+           "numpy_s": _process_time(W5_NUMPY, base_env)}
+    for target in ("native", "numpy"):
+        env = dict(base_env, W5_BACKEND=target)
+        cold = []
+        for _ in range(3):
+            with tempfile.TemporaryDirectory() as d:
+                cold.append(_process_time(W5_SCRIPT, dict(env, TRACEGRAD_CACHE_DIR=d), repeats=1))
         with tempfile.TemporaryDirectory() as d:
-            env = dict(base_env, TRACEGRAD_CACHE_DIR=d)
-            cold.append(_process_time(W5_SCRIPT, env, repeats=1))
-    with tempfile.TemporaryDirectory() as d:
-        env = dict(base_env, TRACEGRAD_CACHE_DIR=d)
-        _process_time(W5_SCRIPT, env, repeats=1)
-        warm = _process_time(W5_SCRIPT, env)
-    out = {"workload": "W5 fresh process to first W3 grad", "numpy_s": numpy_t,
-           "tracegrad cold cache": statistics.median(cold) / numpy_t,
-           "tracegrad warm cache": warm / numpy_t,
-           "cold_s": statistics.median(cold), "warm_s": warm}
-    # the native target: the C build is part of the cold start
-    native_env = dict(base_env, W5_BACKEND="native")
-    with tempfile.TemporaryDirectory() as d:
-        out["native cold_s"] = _process_time(W5_SCRIPT, dict(native_env, TRACEGRAD_CACHE_DIR=d),
-                                             repeats=1)
-        out["native warm_s"] = _process_time(W5_SCRIPT, dict(native_env, TRACEGRAD_CACHE_DIR=d))
+            _process_time(W5_SCRIPT, dict(env, TRACEGRAD_CACHE_DIR=d), repeats=1)
+            warm = _process_time(W5_SCRIPT, dict(env, TRACEGRAD_CACHE_DIR=d))
+        out[f"{target} cold_s"] = statistics.median(cold)
+        out[f"{target} warm_s"] = warm
     return out
 
 
@@ -364,8 +369,8 @@ def print_table(rows):
     cols = []
     for r in rows:
         for k in r:
-            if k not in ("workload", "numpy_s", "cold_s", "warm_s", "samples", "native cold_s",
-                         "native warm_s") and k not in cols:
+            if k not in ("workload", "numpy_s", "samples") and not k.endswith("_s") \
+                    and k not in cols:
                 cols.append(k)
     head = f"| {'workload':36s} | {'NumPy (s)':>10s} | " + " | ".join(f"{c:>16s}" for c in cols) + " |"
     print(head)
@@ -379,10 +384,10 @@ def print_table(rows):
     print("\nratios are time / hand-written NumPy time (lower is better); "
           "peak_memory_ratio is tracemalloc peak / hand-written's")
     for r in rows:
-        if "cold_s" in r:
-            print(f"W5 absolute: cold {r['cold_s']:.3f} s, warm {r['warm_s']:.3f} s, "
-                  f"NumPy alone {r['numpy_s']:.3f} s; native target: cold "
-                  f"{r['native cold_s']:.3f} s, warm {r['native warm_s']:.3f} s")
+        if "native cold_s" in r:
+            print(f"W5 (seconds): native target cold {r['native cold_s']:.3f}, warm "
+                  f"{r['native warm_s']:.3f}; NumPy target cold {r['numpy cold_s']:.3f}, warm "
+                  f"{r['numpy warm_s']:.3f}; hand-written NumPy alone {r['numpy_s']:.3f}")
 
 
 def main():
