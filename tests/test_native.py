@@ -1098,3 +1098,32 @@ def test_a_working_presumed_recipe_is_remembered_after_its_first_build(tmp_path,
     codegen_c_build._memo.clear()
     rec = codegen_c.recipe()
     assert "presumed" not in rec and rec["identity"] == presumed["identity"]
+
+
+@needs_cc
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_broadcast_kernels_loop_by_rows_and_match_the_numpy_target(monkeypatch, threads):
+    # operands broadcast along every axis pattern of a 3-D iteration space:
+    # the row loop computes the outer coordinates once per row
+    monkeypatch.setenv("TRACEGRAD_NUM_THREADS", threads)
+    rng = np.random.default_rng(3)
+    big = threads == "2"           # past PARALLEL_MIN_MATH: the rows split among threads
+    S = (40, 30, 20) if big else (3, 5, 20)
+    x = rng.standard_normal(S)
+    a, b, c, d = (rng.standard_normal(s) for s in ((S[1], 1), (S[2],), (S[0], 1, S[2]),
+                                                   (1, S[1], S[2])))
+
+    def f(x, a, b, c, d):
+        return np.sum(np.tanh(x * a + b) * np.exp(-c * c) + np.sin(x - d) * a)
+    args = (x, a, b, c, d)
+    want = tg.value_and_grad(f, argnums=(0, 1, 2, 3, 4), backend="numpy")(*args)
+    vg = tg.value_and_grad(f, argnums=(0, 1, 2, 3, 4), backend="native")
+    _assert_close(vg(*args), want, np.float64)
+    csrc = codegen_c.translation_unit(vg.lower(*args).graph)
+    assert "by rows of the last axis" in csrc
+    assert "once per row" in csrc            # the outer coordinates, hoisted
+    # rows shorter than ROW_MIN keep the flat loop
+    short = (x[..., :3], a, b[:3], c[..., :3], d[..., :3])
+    _assert_close(tg.value_and_grad(f, argnums=(0, 1, 2, 3, 4), backend="native")(*short),
+                  tg.value_and_grad(f, argnums=(0, 1, 2, 3, 4), backend="numpy")(*short),
+                  np.float64)

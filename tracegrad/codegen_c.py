@@ -287,12 +287,57 @@ def whole_entry(f):
             "gil": f.work >= GIL_MIN_WORK}
 
 
+# A kernel that reads an operand through broadcast strides loops over the
+# rows of its last axis when a row has at least ROW_MIN elements: the flat
+# loop computes each coordinate with a division and a remainder per element
+# and gathers the broadcast operand; the row loop computes the outer
+# coordinates once per row and reads the operand contiguously (W3's bias
+# add and tanh over [256, 256]: 175 us flat, 135 us by rows).
+ROW_MIN = 16
+
+
+def row_loop(kern):
+    """The row loop of a kernel (rows, row length, the coordinates computed
+    per row and per element), or None where the flat loop serves: no
+    broadcast operand, a fused sum (its blocks follow the flat index), or
+    rows shorter than ROW_MIN."""
+    S, axes = kern.shape, kern.coord_axes
+    last = len(S) - 1
+    if kern.accs or not axes or last < 1 or S[last] < ROW_MIN:
+        return None
+    shape = ", ".join(map(str, S))
+    outer = []
+    for j in axes:
+        if j == last:
+            continue
+        inner = _prod(S[j + 1:last])
+        e = "o" if inner == 1 else f"o / {inner}LL"
+        if j > 0:
+            e = f"({e}) % {int(S[j])}LL"
+        outer.append({"code": f"const long long c{j} = {e};",
+                      "comment": f"index along axis {j} of [{shape}], once per row"})
+    inner = [{"code": f"const long long c{last} = i - base;",
+              "comment": f"index along axis {last} of [{shape}]"}] if last in axes else []
+    return {"rows": kern.n // int(S[last]), "length": int(S[last]), "outer": outer,
+            "inner": inner}
+
+
+def _prod(dims):
+    out = 1
+    for d in dims:
+        out *= int(d)
+    return out
+
+
 def c_source(functions, lowered, g_of, rec, header=()):
     kernels, entries, wholes, whole_entries = [], [], [], []
 
     def kernel_dict(kern, g):
         k = kern.render_dict(g)
         k["parallel"] = threaded(kern)
+        k["rows"] = row_loop(kern)
+        if k["rows"]:
+            k["coords"] = k["rows"]["inner"]
         k["args"] = [{"ctype": ct, "bytes": n * _C_SIZES[ct], "writable": int(w),
                       "cast": p.rsplit(" ", 1)[0].replace(" __restrict__", "")}
                      for (ct, n, w), p in zip(kern.param_info, kern.params)]

@@ -308,6 +308,7 @@ class Kernel:
             self.partials.append((r, f"_p{r}", np.dtype(d["dtype"])))
 
         # index arithmetic: coordinate j of the flat index i in S
+        self.coord_axes = sorted(coord_used)
         for j in sorted(coord_used):
             inner = _size(S[j + 1:])
             e = "i" if inner == 1 else f"i / {inner}LL"
