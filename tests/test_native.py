@@ -235,6 +235,10 @@ def test_shared_object_beside_the_entry_and_private(tmp_path):
     os.chmod(d / sos[0], 0o766)
     assert fresh_process() == ("1 0 native", g1)
     assert os.stat(d / sos[0]).st_mode & 0o077 == 0
+    # a damaged object (a crash of another tool, a full disk) is rebuilt
+    (d / sos[0]).write_bytes(b"\x7fELF not really")
+    assert fresh_process() == ("1 0 native", g1)
+    assert (d / sos[0]).stat().st_size > 1000
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TRACEGRAD_CACHE", "1")
         mp.setenv("TRACEGRAD_CACHE_DIR", str(d))

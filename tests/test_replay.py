@@ -158,11 +158,17 @@ def test_mlp_step_with_broadcast_bias_matches():
         np.testing.assert_array_equal(g, w)
 
 
-def test_the_replay_stays_on_the_numpy_target_unless_native_is_asked_for(monkeypatch):
-    # the default target of compiled functions is native, but the replay
-    # starts by itself and must not change a result: it stays on the NumPy
-    # target unless TRACEGRAD_BACKEND=native asks for native code everywhere
-    from tracegrad import codegen_c_build
+@pytest.mark.parametrize("setting", [None, "native"])
+def test_the_replay_stays_on_the_numpy_target_whatever_the_default(monkeypatch, setting):
+    # compiled functions default to native code, but the replay starts by
+    # itself at a tape's third backward: native code there would change the
+    # gradients by a few ulp from one backward of the same tape to the next
+    # (gradcheck's reentrancy check, tolerance 0, would fail)
+    from tracegrad.autograd import gradcheck
+    if setting is None:
+        monkeypatch.delenv("TRACEGRAD_BACKEND", raising=False)
+    else:
+        monkeypatch.setenv("TRACEGRAD_BACKEND", setting)
     rng = np.random.default_rng(1)
     X, Y = rng.standard_normal((8, 5)), rng.standard_normal((8, 3))
     init = [rng.standard_normal((5, 6)) * 0.3, np.zeros(6)]
@@ -180,27 +186,16 @@ def test_the_replay_stays_on_the_numpy_target_unless_native_is_asked_for(monkeyp
         return grads
 
     want = run(False)
-    monkeypatch.delenv("TRACEGRAD_BACKEND", raising=False)
     replay.clear()
     got = run(True)
-    assert _plan_targets() == ["numpy"]
+    assert ["TARGET = \"native\"" in p.source
+            for p in replay._plans.values() if p is not replay._NO_PLAN] == [False]
     for w, g in zip(want, got):
         for a, b in zip(w, g):
             np.testing.assert_array_equal(b, a)
-    if codegen_c_build.recipe_or_none() is None:
-        return
-    monkeypatch.setenv("TRACEGRAD_BACKEND", "native")
-    replay.clear()
-    got = run(True)
-    assert _plan_targets() == ["native"]
-    for w, g in zip(want, got):      # vector math and fused sums: within a few ulp
-        for a, b in zip(w, g):
-            np.testing.assert_allclose(b, a, rtol=1e-13, atol=1e-15)
-
-
-def _plan_targets():
-    return ["native" if 'TARGET = "native"' in p.source else "numpy"
-            for p in replay._plans.values() if p is not replay._NO_PLAN]
+    w = tg.tensor(rng.standard_normal((5, 3)), requires_grad=True)
+    x = tg.tensor(rng.standard_normal(5), requires_grad=True)
+    assert gradcheck(lambda a, b: tg.tanh(a @ b) / (1.0 + b.sum()), (x, w))
 
 
 def test_second_backward_through_a_replayed_tape_raises_freed():

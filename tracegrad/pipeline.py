@@ -31,15 +31,6 @@ def default_backend():
     return name
 
 
-def replay_backend():
-    """The eager backward replay's target: the NumPy target, whose results
-    are the interpreter's to the last bit (the replay starts by itself at a
-    tape's third backward, so it must not change a result), unless
-    ``TRACEGRAD_BACKEND=native`` asks for native code everywhere."""
-    name = (os.environ.get("TRACEGRAD_BACKEND") or "").strip().lower()
-    return "native" if name == "native" else "numpy"
-
-
 # What each transform's graph holds, for the callers that lay out results.
 TRANSFORMS = ("forward", "grad", "value_and_grad", "jacrev", "jacfwd", "hessian", "vjp", "jvp",
               "joint", "vhp", "hvp")
