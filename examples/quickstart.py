@@ -4,8 +4,9 @@
     python examples/quickstart.py --small   # fewer steps (what the tests run)
 
 The loss is ordinary NumPy code.  tg.value_and_grad traces it once, derives
-the backward graph, generates NumPy source (cached on disk) and runs that
-source on every later call.
+the backward graph, generates code (fused C built by your C compiler, or
+NumPy source where there is none; cached on disk) and runs it on every
+later call.
 """
 import argparse
 import os
@@ -25,7 +26,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--small", action="store_true", default=bool(os.environ.get("TRACEGRAD_SMALL")),
                    help="a CI-sized run (also: TRACEGRAD_SMALL=1)")
-    p.add_argument("--show-source", action="store_true", help="print the generated NumPy code")
+    p.add_argument("--show-source", action="store_true",
+                   help="print the generated NumPy code (the NumPy target's, the easiest to read)")
     args = p.parse_args()
     steps = 60 if args.small else 300
 
@@ -45,8 +47,10 @@ def main():
         b -= lr * db
     print("fitted w:", np.round(w.ravel(), 3), " b:", np.round(b, 3))
     print("true   w:", w_true.ravel(), " b:", b_true)
+    print("compiled to:", tg.cache_info()["target"])
     if args.show_source:
-        print(step.lower(w, b, x, y).source)
+        readable = tg.value_and_grad(loss, argnums=(0, 1), backend="numpy")
+        print(readable.lower(w, b, x, y).source)
     else:
         print("(run with --show-source to see the generated NumPy code)")
 
