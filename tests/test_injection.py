@@ -104,7 +104,10 @@ def check_python(src, must_carry=()):
             assert name not in PAYLOAD_WORDS, f"payload name {name!r} is code in:\n{src}"
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
-            assert set(mods) <= {"numpy", "math", "base64", "cupy"}, mods
+            allowed = {"numpy", "math", "base64", "cupy"}
+            if 'TARGET = "native"' in src:      # the builder pasted into native modules
+                allowed |= NATIVE_LOADER_IMPORTS
+            assert set(mods) <= allowed, mods
         if isinstance(node, ast.Raise) and node.exc is not None:
             assert "SystemExit" not in ast.unparse(node.exc)
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
@@ -141,6 +144,40 @@ def check_cuda(tu, must_carry=()):
             comments.append(comment)
     for text in must_carry:
         assert any(text in _decode_comment("#" + c) for c in comments), f"{text!r} lost:\n{tu}"
+
+
+# what codegen_templates/native_loader.py imports (a native module carries it)
+NATIVE_LOADER_IMPORTS = {"ctypes", "hashlib", "os", "platform", "shlex", "shutil", "stat",
+                         "subprocess", "sys", "sysconfig", "tempfile", "threading",
+                         "importlib.util", "importlib.machinery"}
+
+
+def check_c(csrc, must_carry=()):
+    """A native C file: printable; a // comment never continued onto the next
+    line (a line with one never ends in a backslash); no payload word and no
+    block comment outside comments.  (Lines without a comment may end in a
+    backslash: the helpers' macros.)"""
+    assert all(c == "\n" or c.isprintable() for c in csrc)
+    comments = []
+    for line in csrc.split("\n"):
+        code, sep, comment = line.partition("//")
+        assert not PAYLOAD_WORDS & set(re.findall(r"\w+", code)), line
+        assert "/*" not in code and "*/" not in code, line
+        if sep:
+            assert not line.rstrip().endswith("\\"), line
+            comments.append(comment)
+    for text in must_carry:
+        assert any(text in _decode_comment("#" + c) for c in comments), f"{text!r} lost:\n{csrc}"
+
+
+def check_native(src, must_carry=(), c_must_carry=()):
+    """A native driver module: a valid Python module whose C_SOURCE is a
+    safe C file."""
+    tree = check_python(src, must_carry)
+    (csrc,) = [n.value.value for n in tree.body if isinstance(n, ast.Assign)
+               and getattr(n.targets[0], "id", None) == "C_SOURCE"]
+    check_c(csrc, c_must_carry)
+    return csrc
 
 
 def check_driver(src, must_carry=(), tu_must_carry=()):
@@ -231,6 +268,20 @@ def _function_with_hostile_source(qualname, module, name, filename, line):
     return f, fname
 
 
+@pytest.mark.parametrize("backend", ["numpy", "native"])
+def test_a_source_that_does_not_tokenize_still_compiles(backend):
+    # the docstring's line number comes from the code object: inspect's
+    # getsourcelines tokenizes the source and raised TokenError on this one
+    f, fname = _function_with_hostile_source("f", "m", "f", "file", "'''" + "x")
+    try:
+        p = {"a": np.linspace(0.1, 1.0, 4), "b": np.arange(4.0)}
+        g = tg.grad(f, backend=backend)(p)
+        assert np.allclose(g["a"], np.cos(p["a"]) * p["b"])
+        assert f"{fname}:1" in tg.grad(f, backend=backend).lower(p).source
+    finally:
+        linecache.cache.pop(fname, None)
+
+
 @FUZZ
 @given(hostile, hostile, hostile, hostile, hostile)
 def test_hostile_function_names_and_source_lines(qualname, module, name, filename, line):
@@ -246,6 +297,7 @@ def test_hostile_function_names_and_source_lines(qualname, module, name, filenam
         check_python(tg.grad(f).lower(p).source, carry)
         check_cuda(tg.compile(f).lower(p).cuda_source, [quoted] if quoted else [])
         check_driver(tg.compile(f, backend="cupy").lower(p).source, carry[:1], carry[1:])
+        check_native(tg.grad(f, backend="native").lower(p).source, carry[:1], carry[1:])
         check_disk_cache()
     finally:
         linecache.cache.pop(fname, None)
@@ -277,6 +329,7 @@ def test_hostile_dict_keys_and_keyword_names(keys, kwname):
     assert len(args) == len(keys) + 1 and all(a.isidentifier() for a in args)
     check_cuda(low.cuda_source)
     check_driver(tg.grad(f, backend="cupy").lower(p, **kw).source)
+    check_native(tg.grad(f, backend="native").lower(p, **kw).source)
     check_disk_cache()
 
 
@@ -329,6 +382,28 @@ def test_hostile_text_through_the_emulated_cuda_target():
             src = tg.grad(g2, backend="cupy").lower(p).source
         check_driver(src)
         assert np.allclose(np.asarray(got['k"""\\']), np.cos(p['k"""\\']) * p["b"])
+    finally:
+        linecache.cache.pop(fname, None)
+
+
+def test_hostile_text_through_the_native_target():
+    # the C is built by the C compiler with hostile comments (a trailing
+    # backslash would continue a // comment onto the code below it) and
+    # computes the right values
+    from tracegrad import codegen_c
+    if codegen_c.recipe_or_none() is None:
+        pytest.skip("the native target needs a C compiler")
+    line = 'x \\\n"""\u2028' + PAYLOADS[1] + " //" + PAYLOADS[7] + " \\"
+    f, fname = _function_with_hostile_source('q"""\n' + PAYLOADS[0], "m\\", "n\x00", "f\\", line)
+    try:
+        p = {'k"""\\': np.linspace(0.1, 1.0, 5), "b": np.arange(5.0)}
+        g2 = lambda p: f({"a": p['k"""\\'], "b": p["b"]})  # noqa: E731
+        got = tg.grad(g2, backend="native")(p)
+        assert tg.cache_info()["target"] == "native"
+        quoted = ("return " + line).strip()
+        check_native(tg.grad(g2, backend="native").lower(p).source, (), [quoted])
+        assert np.allclose(got['k"""\\'], np.cos(p['k"""\\']) * p["b"])
+        check_disk_cache()
     finally:
         linecache.cache.pop(fname, None)
 

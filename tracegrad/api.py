@@ -737,8 +737,10 @@ def _compile(kind, trace, wrt, names, compiled, parts, khash):
     fn = compiled.fn
     src = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
     try:
-        src += f" ({inspect.getsourcefile(fn)}:{inspect.getsourcelines(fn)[1]})"
-    except (TypeError, OSError):
+        # the code object's first line, as inspect.getsourcelines gives it
+        # without tokenizing the source (which need not be valid Python)
+        src += f" ({inspect.getsourcefile(fn)}:{fn.__code__.co_firstlineno})"
+    except (TypeError, OSError, AttributeError):
         pass  # no source file (a builtin, a REPL lambda): the name says enough
     doc = {"forward": f"The forward computation of {src}.",
            "grad": f"The value and gradient of {src} w.r.t. {_wrt_desc(wrt, names)}.",
