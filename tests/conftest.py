@@ -13,3 +13,14 @@ suite on native (docs/native.md, Tests, says what that run shows).
 import os
 
 os.environ.setdefault("TRACEGRAD_BACKEND", "numpy")
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def numpy_target(monkeypatch):
+    """For a test of the NumPy target's own code or bits (its generated
+    source text, results equal to NumPy's or eager mode's to the last bit):
+    the NumPy target even in a run with TRACEGRAD_BACKEND=native."""
+    monkeypatch.setenv("TRACEGRAD_BACKEND", "numpy")

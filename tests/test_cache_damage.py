@@ -242,6 +242,7 @@ def test_non_empty_folder_in_an_entry_place_warns_once_and_runs_from_memory(cach
     assert_repaired(entry, f_sin, REF_SIN)
 
 
+@pytest.mark.usefixtures("numpy_target")
 def test_same_user_forgery_is_outside_the_threat_model(cache_dir):
     """A forged entry with a recomputed checksum, ours and 0600, runs: who
     can write files as us can already run code as us (docs/guide.md)."""
@@ -273,6 +274,7 @@ def test_json_sidecar_missing_or_corrupt_does_not_matter(cache_dir, damage):
     assert info["disk_hits"] == 1 and info["compiles"] == 0 and info["disk_errors"] == 0
 
 
+@pytest.mark.usefixtures("numpy_target")
 def test_leftover_temporary_files_are_ignored_and_cleared(cache_dir):
     entry = entry_of(f_sin, cache_dir)
     tmp_py = cache_dir / f".tmp-crashed-{entry.name}"
@@ -382,6 +384,7 @@ def test_symlink_to_a_private_folder_of_ours_is_used(tmp_path, monkeypatch):
     tg.clear_cache(disk=False)
 
 
+@pytest.mark.usefixtures("numpy_target")
 @posix_only
 def test_folder_we_create_is_private_whatever_the_umask(tmp_path, monkeypatch):
     d = tmp_path / "new" / "cache"

@@ -266,6 +266,7 @@ def test_grad_of_non_scalar_and_int_inputs_errors():
         tg.compile(lambda x, s: x)(np.ones(2), object())
 
 
+@pytest.mark.usefixtures("numpy_target")
 def test_lower_exposes_graph_source_and_dot():
     def f(w, x):
         return np.sum(np.tanh(x @ w) ** 2)
@@ -332,6 +333,7 @@ def test_simplification_passes():
     np.testing.assert_allclose(out[1].numpy(), 5 * X.sum(0))
 
 
+@pytest.mark.usefixtures("numpy_target")
 def test_long_elementwise_chain_reuses_buffers():
     def chain(x):
         y = x
@@ -508,6 +510,7 @@ def test_custom_function_edit_changes_cache_key():
     assert low.key_parts["graph"]  # the source hash is a node attribute in the hashed graph
 
 
+@pytest.mark.usefixtures("numpy_target")
 def test_profiler_shows_compiled_call_with_kernels_as_children(tmp_path):
     import json
     f = tg.value_and_grad(lambda w, x: np.sum(np.tanh(x @ w) ** 2))

@@ -164,6 +164,7 @@ def test_untraceable_function_falls_back_to_eager():
     np.testing.assert_allclose(jv.numpy(), e.sum(1), rtol=1e-12)
 
 
+@pytest.mark.usefixtures("numpy_target")
 def test_jacobian_is_one_compiled_call():
     """All rows in one call: the generated Jacobian has no per-row code."""
     from tracegrad.autograd.functional import _CACHE

@@ -63,6 +63,7 @@ def test_fori_loop_value_and_grad_match_the_unrolled_loop():
                                atol=1e-8)
 
 
+@pytest.mark.usefixtures("numpy_target")
 def test_fori_loop_is_one_node_whatever_the_trip_count():
     g10 = tg.grad(miss_loop, static_argnums=(1,)).lower(V0, 10).graph
     g5000 = tg.grad(miss_loop, static_argnums=(1,)).lower(V0, 5000).graph
@@ -560,6 +561,7 @@ def test_nested_python_loops_roll_inside_out(small_loops_roll):
 
 # --- checkpointing ---------------------------------------------------------------------
 
+@pytest.mark.usefixtures("numpy_target")
 @pytest.mark.parametrize("k", [True, 3, 7])
 def test_checkpointed_loops_give_the_same_derivatives(k):
     n = 23
@@ -585,6 +587,7 @@ def test_checkpointed_loops_give_the_same_derivatives(k):
     assert f"np.empty(({n // kk}, 3)" in src and f"np.empty(({n}, 3)" not in src
 
 
+@pytest.mark.usefixtures("numpy_target")
 def test_a_memory_budget_chooses_the_checkpointing():
     n = 100          # a float64[3] carry pair: 48 bytes a step, 4.8 kB for all
 
@@ -677,6 +680,7 @@ def test_a_tiny_state_loop_runs_on_python_floats_bit_for_bit():
     np.testing.assert_allclose(got[1], ref[1], rtol=RTOL)
 
 
+@pytest.mark.usefixtures("numpy_target")
 def test_a_float_loop_that_overflows_gives_numpys_inf_and_nan():
     # math.exp raises where np.exp returns inf: the loop reruns on arrays
     def f(x):

@@ -47,6 +47,7 @@ def _numpy_functions_restored():
 
 # --- a fresh draw per call, NumPy's numbers ------------------------------------------------
 
+@pytest.mark.usefixtures("numpy_target")
 def test_monte_carlo_objective_is_fresh_per_call_and_matches_numpy(x, cache_dir):
     f = tg.compile(mc_objective)
     values = [f(x) for _ in range(3)]
@@ -193,6 +194,7 @@ def test_generated_source_draws_and_says_so(x, cache_dir):
     assert "frombuffer" not in src and "frombuffer" not in gsrc
 
 
+@pytest.mark.usefixtures("numpy_target")
 def test_disk_cache_round_trip_keeps_drawing(x, cache_dir):
     f = tg.compile(mc_objective)
     f(x)

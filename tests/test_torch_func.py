@@ -309,6 +309,7 @@ def test_vmap_errors(call, match):
         call()
 
 
+@pytest.mark.usefixtures("numpy_target")
 def test_vmap_chunk_size_gives_identical_results():
     close(F.vmap(lambda r: r.sin(), chunk_size=1)(T(M)), np.sin(M), 0)
 
