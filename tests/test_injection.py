@@ -180,6 +180,14 @@ def check_native(src, must_carry=(), c_must_carry=()):
     return csrc
 
 
+def check_module(src, carry):
+    """A module of the default target: the name (carry[0]) is in its Python;
+    a quoted source line (carry[1:]) in the C's comments when native."""
+    if 'TARGET = "native"' in src:
+        return check_native(src, carry[:1], carry[1:])
+    return check_python(src, carry)
+
+
 def check_driver(src, must_carry=(), tu_must_carry=()):
     """A CUDA driver module: a valid Python module whose embedded CUDA_SOURCE
     is a valid translation unit (which quotes the source lines of the
@@ -293,8 +301,8 @@ def test_hostile_function_names_and_source_lines(qualname, module, name, filenam
         assert np.allclose(g["a"], np.cos(p["a"]) * p["b"]) and np.allclose(g["b"], np.sin(p["a"]))
         quoted = ("    return " + line).strip()
         carry = [f"{module}.{qualname}"] + ([quoted] if quoted else [])
-        check_python(tg.compile(f).lower(p).source, carry)
-        check_python(tg.grad(f).lower(p).source, carry)
+        check_module(tg.compile(f).lower(p).source, carry)
+        check_module(tg.grad(f).lower(p).source, carry)
         check_cuda(tg.compile(f).lower(p).cuda_source, [quoted] if quoted else [])
         check_driver(tg.compile(f, backend="cupy").lower(p).source, carry[:1], carry[1:])
         check_native(tg.grad(f, backend="native").lower(p).source, carry[:1], carry[1:])
