@@ -963,6 +963,23 @@ def test_driver_results_survive_a_later_call(name, monkeypatch):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13 * max(1.0, float(np.max(np.abs(b)))))
 
 
+def _refusing_cc(tmp_path, refuse):
+    """A compiler that refuses one flag, as an older or partial toolchain
+    does; refuse="Python.h": one without Python's headers (it fails where
+    they are included: a probe, or the extension entry)."""
+    cc = tmp_path / "cc"
+    real = shutil.which("cc")
+    if refuse == "Python.h":
+        test = ('case "$f" in -DTG_PYTHON_ENTRY) exit 1;; *.c) grep -q TG_PYTHON_ENTRY "$f" || '
+                '{ grep -q "Python.h" "$f" && exit 1; };; esac')
+        cc.write_text(f'#!/bin/sh\nfor f in "$@"; do {test}; done\nexec {real} "$@"\n')
+    else:
+        cc.write_text(f'#!/bin/sh\nfor a in "$@"; do [ "$a" = "{refuse}" ] && exit 1; done\n'
+                      f'exec {real} "$@"\n')
+    cc.chmod(0o755)
+    return cc
+
+
 @needs_cc
 @pytest.mark.parametrize("refuse, isa_ok, mvec_ok", [
     ("-march=x86-64-v4", False, True),      # an older compiler: the next level down
@@ -971,16 +988,8 @@ def test_driver_results_survive_a_later_call(name, monkeypatch):
 ])
 def test_the_recipe_probes_fall_back_one_by_one(tmp_path, monkeypatch, refuse, isa_ok, mvec_ok):
     # a compiler that refuses one thing, as an older or partial toolchain does
-    cc = tmp_path / "cc"
     real = shutil.which("cc")
-    if refuse == "Python.h":
-        test = 'grep -q "Python.h" "$f" 2>/dev/null && exit 1'
-        cc.write_text(f'#!/bin/sh\nfor f in "$@"; do case "$f" in *.c) {test};; esac; done\n'
-                      f'exec {real} "$@"\n')
-    else:
-        cc.write_text(f'#!/bin/sh\nfor a in "$@"; do [ "$a" = "{refuse}" ] && exit 1; done\n'
-                      f'exec {real} "$@"\n')
-    cc.chmod(0o755)
+    cc = _refusing_cc(tmp_path, refuse)
     ns = codegen_c._loader()
     base = ns["recipe"](cc=real)
     rec = ns["recipe"](cc=str(cc))
@@ -994,26 +1003,15 @@ def test_the_recipe_probes_fall_back_one_by_one(tmp_path, monkeypatch, refuse, i
 
 
 @needs_cc
-def test_native_is_the_default_wherever_a_compiler_works(monkeypatch):
-    monkeypatch.delenv("TRACEGRAD_BACKEND", raising=False)
-    x = np.linspace(0.1, 1.0, 6)
-
-    def f(x):
-        return np.sum(np.sin(x) * np.exp(-x))
-    expect = np.cos(x) * np.exp(-x) - np.sin(x) * np.exp(-x)
-    np.testing.assert_allclose(tg.grad(f)(x), expect, rtol=1e-13)
-    assert tg.cache_info()["target"] == "native"
-    np.testing.assert_allclose(tg.grad(f, backend="numpy")(x), expect, rtol=1e-13)
-    assert tg.cache_info()["target"] == "numpy"
-    jac = tg.autograd.functional.jacobian(lambda t: (t * t).sin(), tg.tensor(x))
-    np.testing.assert_allclose(np.diag(jac.numpy()), 2 * x * np.cos(x * x), rtol=1e-13)
-    assert tg.cache_info()["target"] == "native"
-
-
-@needs_cc
-def test_tracegrad_backend_selects_the_native_target_everywhere(monkeypatch):
-    monkeypatch.setenv("TRACEGRAD_BACKEND", "native")
-    x = np.linspace(0.1, 1.0, 7)
+@pytest.mark.parametrize("setting", [None, "native"])
+def test_native_is_the_default_and_tracegrad_backend_selects_it(monkeypatch, setting):
+    # native is the default wherever a compiler works; TRACEGRAD_BACKEND
+    # names it (or numpy) for every transform given no backend=
+    if setting is None:
+        monkeypatch.delenv("TRACEGRAD_BACKEND", raising=False)
+    else:
+        monkeypatch.setenv("TRACEGRAD_BACKEND", setting)
+    x = np.linspace(0.1, 1.0, 7 if setting else 6)
 
     def f(x):
         return np.sum(np.sin(x) * np.exp(-x))
@@ -1055,15 +1053,7 @@ def test_a_presumed_recipe_that_fails_to_build_is_probed_and_built_again(tmp_pat
     real = shutil.which("cc")
     if refuse == "-march=x86-64-v4" and ns["recipe"](cc=real)["isa"] != "x86-64-v4":
         pytest.skip("this CPU has no AVX-512: the presumed level is v3 or none")
-    cc = tmp_path / "cc"
-    if refuse == "Python.h":     # refused where it is included: a probe, or the extension entry
-        test = ('case "$f" in -DTG_PYTHON_ENTRY) exit 1;; *.c) grep -q TG_PYTHON_ENTRY "$f" || '
-                '{ grep -q "Python.h" "$f" && exit 1; };; esac')
-        cc.write_text(f'#!/bin/sh\nfor f in "$@"; do {test}; done\nexec {real} "$@"\n')
-    else:
-        cc.write_text(f'#!/bin/sh\nfor a in "$@"; do [ "$a" = "{refuse}" ] && exit 1; done\n'
-                      f'exec {real} "$@"\n')
-    cc.chmod(0o755)
+    cc = _refusing_cc(tmp_path, refuse)
     monkeypatch.setenv("CC", str(cc))
     monkeypatch.setenv("TRACEGRAD_CACHE", "1")
     monkeypatch.setenv("TRACEGRAD_CACHE_DIR", str(tmp_path / "cache"))
