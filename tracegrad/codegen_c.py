@@ -310,7 +310,7 @@ def row_loop(kern):
     for j in axes:
         if j == last:
             continue
-        inner = _prod(S[j + 1:last])
+        inner = codegen_cuda._size(S[j + 1:last])
         e = "o" if inner == 1 else f"o / {inner}LL"
         if j > 0:
             e = f"({e}) % {int(S[j])}LL"
@@ -320,13 +320,6 @@ def row_loop(kern):
               "comment": f"index along axis {last} of [{shape}]"}] if last in axes else []
     return {"rows": kern.n // int(S[last]), "length": int(S[last]), "outer": outer,
             "inner": inner}
-
-
-def _prod(dims):
-    out = 1
-    for d in dims:
-        out *= int(d)
-    return out
 
 
 def c_source(functions, lowered, g_of, rec, header=()):
