@@ -182,4 +182,4 @@ def fallback_notice(why):
     if why not in _said:
         _said.add(why)
         log.warning("tracegrad: backend 'native' is not available (%s); using the NumPy "
-                    "target instead", why)
+                    "target instead (TRACEGRAD_BACKEND=numpy chooses it without this line)", why)
