@@ -12,10 +12,9 @@ suite on native (docs/native.md, Tests, says what that run shows).
 """
 import os
 
+import pytest
+
 os.environ.setdefault("TRACEGRAD_BACKEND", "numpy")
-
-
-import pytest  # noqa: E402
 
 
 @pytest.fixture

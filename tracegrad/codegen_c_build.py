@@ -111,6 +111,8 @@ def _remember(key, rec):
 def confirm():
     """A module built and loaded with the recipe: a presumed one is proven,
     and remembered in the cache folder for later processes."""
+    if not any(r.get("presumed") for r in _memo.values()):
+        return          # nothing to prove: no need to compute the key
     key = _memo_key()
     rec = _memo.get(key)
     if rec is not None and rec.get("presumed"):
