@@ -32,7 +32,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tracegrad as tg  # noqa: E402
-from tracegrad import codegen_cuda  # noqa: E402
+from tracegrad.targets.cuda import codegen as codegen_cuda  # noqa: E402
 
 
 def w2(x, y):

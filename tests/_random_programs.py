@@ -693,7 +693,7 @@ def check_program(prog, *, eager=True, fd=True, value_and_grad=True, replay_stat
     Returns a dict of facts (e.g. whether the eager replay ran)."""
     import tracegrad as tg
     from tracegrad.autograd import replay
-    from tracegrad.tensor import NumpyTensor
+    from tracegrad.eager.tensor import NumpyTensor
 
     facts = {}
     f = prog.function()

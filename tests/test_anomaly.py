@@ -7,7 +7,7 @@ import pytest
 
 import tracegrad as tg
 from tracegrad import autograd
-from tracegrad.autograd.grad_mode import state
+from tracegrad.eager.grad_mode import state
 
 pytestmark = pytest.mark.filterwarnings("ignore:Anomaly Detection has been enabled")
 

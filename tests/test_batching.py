@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad import ir, passes
-from tracegrad.batching import batch_graph
-from tracegrad.trace import trace_function
-from tracegrad.primitives import Aval
+from tracegrad.ir import graph as ir, passes
+from tracegrad.ir.batching import batch_graph
+from tracegrad.frontend.trace import trace_function
+from tracegrad.ops.primitives import Aval
 
 rng = np.random.default_rng(7)
 

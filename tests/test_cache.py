@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad import cache
+from tracegrad.runtime import cache
 
 
 @pytest.fixture

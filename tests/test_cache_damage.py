@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad import cache
+from tracegrad.runtime import cache
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 OTHER_UID = 12345           # a user that is not us (only root can chown to it)

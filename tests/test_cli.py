@@ -376,8 +376,8 @@ def test_usage_errors_exit_2():
 
 
 def test_native_backend_module_builds_itself_without_tracegrad(work):
-    from tracegrad import codegen_c
-    if codegen_c.recipe_or_none() is None:
+    from tracegrad.runtime import toolchain
+    if toolchain.recipe_or_none() is None:
         pytest.skip("the native target needs a C compiler")
     import model
     rng = np.random.default_rng(3)

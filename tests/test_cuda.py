@@ -19,7 +19,9 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad import codegen_cuda, testing
+from tracegrad import testing
+from tracegrad.targets import cstyle
+from tracegrad.targets.cuda import codegen as codegen_cuda
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -284,7 +286,7 @@ def test_groups_are_convex_and_broadcasts_are_strided():
     src = lowered.cuda_source
     # inputs of shape (4,1), (1,5), (5,) read through constant strides of [4, 5]
     assert "const long long c0 = i / 5LL;" in src and "% 5LL" in src
-    from tracegrad import passes
+    from tracegrad.ir import passes
     g = lowered.graph
     groups = passes.fusion_groups(g)
     import networkx as nx
@@ -318,7 +320,7 @@ def test_float32_literals_stay_single_precision():
 
 
 def test_literals():
-    c = codegen_cuda.c_literal
+    c = cstyle.c_literal
     assert c(1.5, np.float32) == "1.5f" and c(-2.0, np.float64) == "(-2.0)"
     assert c(float("inf"), np.float64).startswith("__longlong_as_double(0x7ff0")
     assert c(float("nan"), np.float32) == "__int_as_float(0x7fc00000)"
@@ -327,24 +329,24 @@ def test_literals():
 
 
 def test_user_text_cannot_break_out_of_comments_or_strings():
-    # user text in CUDA comments goes through codegen.safe_text (the
+    # user text in CUDA comments goes through templates.safe_text (the
     # templates' filter): no line break, no trailing backslash to continue
     # a // comment, no triple quote; tests/test_injection.py fuzzes it
-    from tracegrad.codegen import safe_text
+    from tracegrad.targets.templates import safe_text
     for text in ("a \\\n b", "x = '''", "ends with \\"):
         s = safe_text(text)
         assert len(s.splitlines()) == 1 and not s.endswith("\\") and "'''" not in s
     # the translation unit embedded in the driver: exact, raw where it can be
     for tu in ("a\\b", "a\\'''b", "ends \\", "x = '''"):
-        assert ast.literal_eval(codegen_cuda._py_string(tu)) == tu
-    assert codegen_cuda._py_string("a\\b").startswith("r'''")
+        assert ast.literal_eval(cstyle.py_string(tu)) == tu
+    assert cstyle.py_string("a\\b").startswith("r'''")
 
 
 # --- (a) nvcc compiles every kernel of the corpus ---------------------------------------
 
 def _corpus_sources():
     """Every translation unit the corpus generates, as each transform lowers it."""
-    from tracegrad import graph_call
+    from tracegrad.runtime import graph_call
     seen = {}
     for name, transform, dtype in CASES:
         fn, _, argnums, _ = CORPUS[name]

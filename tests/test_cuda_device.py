@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad import primitives, testing
+from tracegrad import testing
+from tracegrad.ops import primitives
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ dask = pytest.importorskip("dask")
 distributed = pytest.importorskip("distributed")
 
 import tracegrad as tg
-from tracegrad.distributed import NotSeparableError
+from tracegrad.runtime.distributed import NotSeparableError
 
 RTOL = 1e-10
 N, D, K, H = 1003, 4, 3, 6
@@ -523,7 +523,7 @@ def test_without_dask_this_file_skips_and_tracegrad_works(tmp_path):
 def test_unaligned_blocks_are_copied_before_the_chunk_program():
     """dask.distributed may deliver a block at an odd address; NumPy's BLAS
     path needs aligned data, so such a block is copied, others are not."""
-    from tracegrad.distributed import _aligned
+    from tracegrad.runtime.distributed import _aligned
     buf = np.zeros(8 * 12 + 1, dtype=np.uint8)
     odd = np.frombuffer(buf.data, dtype=np.float64, count=12, offset=1).reshape(6, 2)
     assert not odd.flags.aligned

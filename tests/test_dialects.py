@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad.tensor import NumpyTensor
+from tracegrad.eager.tensor import NumpyTensor
 
 try:
     import torch

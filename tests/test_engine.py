@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad.autograd.graph import FREED_MSG, Node
+from tracegrad.eager.graph import FREED_MSG, Node
 
 
 def arr(t):

@@ -4,7 +4,7 @@ import pytest
 
 import tracegrad as tg
 from tracegrad.autograd import Function, once_differentiable
-from tracegrad.autograd import function as function_mod
+from tracegrad.eager import function as function_mod
 
 
 class Exp(Function):

@@ -4,7 +4,7 @@ import pytest
 
 import tracegrad as tg
 from tracegrad.autograd import Function, gradcheck, gradgradcheck, GradcheckError
-from tracegrad.autograd.gradcheck import get_numerical_jacobian
+from tracegrad.eager.gradcheck import get_numerical_jacobian
 
 
 def rng():

@@ -11,7 +11,7 @@ they ever ran) through tg.compile, tg.grad, ``.lower().source``,
 Each generated source must compile, contain only printable characters and
 plain newlines, hold no name from the payloads as code (checked on its
 tokens and AST), and still carry the hostile text exactly, decodable from
-its docstrings and comments (``codegen.safe_text`` escapes like repr, so
+its docstrings and comments (``templates.safe_text`` escapes like repr, so
 the escaping loses nothing); the sentinel must never be set; the values
 must be right.
 """
@@ -34,7 +34,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
 import tracegrad as tg
-from tracegrad import cli, codegen, codegen_cuda
+from tracegrad import cli
+from tracegrad.targets import pysource, templates
 
 SENTINEL = "tg_injection_sentinel"
 
@@ -74,7 +75,7 @@ def _isolated(tmp_path_factory, monkeypatch):
     structure, whatever the names); the sentinel never set before or after."""
     monkeypatch.setenv("TRACEGRAD_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
     monkeypatch.delenv("TRACEGRAD_CACHE", raising=False)
-    tg.cache.clear_cache(disk=False)
+    tg.clear_cache(disk=False)
     assert not hasattr(builtins, SENTINEL)
     yield
     assert not hasattr(builtins, SENTINEL), "generated code ran a payload"
@@ -217,7 +218,7 @@ any_text = st.text(st.characters(codec=None, exclude_categories=()), max_size=30
 @settings(max_examples=300, derandomize=True, database=None)
 @given(st.one_of(hostile, any_text), st.one_of(hostile, any_text))
 def test_safe_text_cannot_leave_a_comment_or_docstring_and_loses_nothing(a, b):
-    sa, sb = codegen.safe_text(a), codegen.safe_text(b)
+    sa, sb = templates.safe_text(a), templates.safe_text(b)
     for s in (sa, sb):
         assert all(c.isprintable() for c in s)          # no line break, NUL, control, bidi
         assert len(s.splitlines()) <= 1 and '"""' not in s and "'''" not in s
@@ -233,7 +234,7 @@ def test_safe_text_cannot_leave_a_comment_or_docstring_and_loses_nothing(a, b):
 def test_safe_text_leaves_ordinary_text_alone():
     for text in ("model.loss (/home/me/model.py:12)", "return np.sum(p['w'] * x)",
                  "Größe", "f(x, y) w.r.t. params_w", 'y = x["a"]', r"C:\\Users"):
-        s = codegen.safe_text(text)
+        s = templates.safe_text(text)
         assert _decode(s) == text
         assert s == text or "\\" in text
 
@@ -243,13 +244,13 @@ def test_safe_text_leaves_ordinary_text_alone():
     ["np", "math", "base64", "_c0", "t2", "_erf", "input", "len", "slice", "class", "match",
      "__debug__", "𝐧𝐩", "ｎｐ", "x²", "ﬁ", "fi", "forward", "_", "3d", ""])), max_size=6))
 def test_identifiers_are_valid_distinct_and_shadow_nothing(names):
-    out = codegen.identifiers(names, reserved={"forward"})
+    out = pysource.identifiers(names, reserved={"forward"})
     assert len(set(out)) == len(out) == len(names)
     for s in out:
         assert s.isidentifier() and unicodedata.normalize("NFKC", s) == s
         assert s not in {"forward", "np", "math", "base64", "__debug__"} and not s.startswith("_")
         assert not hasattr(builtins, s) and not (s[0] == "t" and s[1:].isdigit())
-        assert codegen.identifier(s) == s                # idempotent
+        assert pysource.identifier(s) == s                # idempotent
     # Python sees them as distinct names too (it compares them after NFKC)
     ns = {}
     exec(compile(f"def g({', '.join(out)}):\n    return ({', '.join(out)}{',' if out else ''})\n",
@@ -398,8 +399,8 @@ def test_hostile_text_through_the_native_target():
     # the C is built by the C compiler with hostile comments (a trailing
     # backslash would continue a // comment onto the code below it) and
     # computes the right values
-    from tracegrad import codegen_c
-    if codegen_c.recipe_or_none() is None:
+    from tracegrad.runtime import toolchain
+    if toolchain.recipe_or_none() is None:
         pytest.skip("the native target needs a C compiler")
     line = 'x \\\n"""\u2028' + PAYLOADS[1] + " //" + PAYLOADS[7] + " \\"
     f, fname = _function_with_hostile_source('q"""\n' + PAYLOADS[0], "m\\", "n\x00", "f\\", line)
@@ -534,7 +535,7 @@ def test_a_hostile_disk_cache_entry_is_inert_in_every_process(tmp_path):
             return np.sum(np.cos(x))
         f.__qualname__ = {qualname!r}
         f.__module__ = {module!r}
-        print(tg.compile(f)(np.zeros(3)), tg.cache.cache_info()["disk_entries"])
+        print(tg.compile(f)(np.zeros(3)), tg.cache_info()["disk_entries"])
     """)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path),
                TRACEGRAD_CACHE_DIR=str(tmp_path / "cache"))

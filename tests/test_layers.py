@@ -1,23 +1,35 @@
-"""The package imports downwards only: no import cycle between its modules,
-whether the import is at module level or inside a function."""
+"""The package's layers: each folder of ``tracegrad/`` says in its
+``__init__`` docstring which folders it may import ("May import: ..."), and
+every module keeps to it, whether the import is at module level or inside a
+function.  The folders, bottom up: ops, eager, frontend, ir, targets,
+runtime; the public faces and entry points (api, cli, func, autograd, nn,
+scipy, ...) sit on top and may import any of them, without a cycle."""
 from __future__ import annotations
 
 import ast
 import os
+import re
 
 import networkx as nx
+import pytest
 
 import tracegrad
 
+ROOT = os.path.dirname(tracegrad.__file__)
+# the layer folders, bottom up (a folder's own modules may import each other)
+LAYERS = ["tracegrad.ops", "tracegrad.eager", "tracegrad.frontend", "tracegrad.ir",
+          "tracegrad.targets", "tracegrad.runtime"]
+TARGETS = ["tracegrad.targets.numpy", "tracegrad.targets.native", "tracegrad.targets.cuda"]
+EVERYWHERE = {"tracegrad._version"}
+
 
 def _modules():
-    root = os.path.dirname(tracegrad.__file__)
     mods = {}
-    for folder, _, files in os.walk(root):
+    for folder, _, files in os.walk(ROOT):
         for f in files:
             if f.endswith(".py"):
                 path = os.path.join(folder, f)
-                rel = os.path.relpath(path, os.path.dirname(root))[:-3].replace(os.sep, ".")
+                rel = os.path.relpath(path, os.path.dirname(ROOT))[:-3].replace(os.sep, ".")
                 mods[rel[:-len(".__init__")] if rel.endswith(".__init__") else rel] = path
     return mods
 
@@ -32,6 +44,7 @@ def _import_graph():
 
     g = nx.DiGraph()
     for mod, path in mods.items():
+        g.add_node(mod)
         with open(path, encoding="utf-8") as fh:
             tree = ast.parse(fh.read())
         for node in ast.walk(tree):   # every import, in functions too
@@ -49,16 +62,74 @@ def _import_graph():
     return g
 
 
+def _folder(mod):
+    """The innermost layer folder (or target folder) holding ``mod``, or None
+    for the top (the faces and entry points)."""
+    for f in sorted(LAYERS + TARGETS, key=len, reverse=True):
+        if mod == f or mod.startswith(f + "."):
+            return f
+    return None
+
+
+def _declared(folder):
+    """What the folder's docstring says it may import."""
+    path = os.path.join(os.path.dirname(ROOT), *folder.split("."), "__init__.py")
+    with open(path, encoding="utf-8") as fh:
+        doc = ast.get_docstring(ast.parse(fh.read())) or ""
+    m = re.search(r"^May import:(.*?)(?:\n\s*\n|\Z)", doc, re.S | re.M)
+    assert m, f"{path}: the docstring does not say what the folder may import ('May import: ...')"
+    return set(re.findall(r"tracegrad(?:\.\w+)+", m.group(1)))
+
+
+def _allowed(mod, target, folder, declared):
+    if target in EVERYWHERE or target.rpartition(".")[0] == folder or target == folder:
+        return True   # its own folder's modules (not its subfolders)
+    return any(target == p or target.startswith(p + ".") for p in declared)
+
+
 def test_no_import_cycles():
     cycles = [sorted(c) for c in nx.strongly_connected_components(_import_graph()) if len(c) > 1]
     assert not cycles, f"modules that import each other (directly or around a loop): {cycles}"
 
 
-def test_the_op_layer_imports_nothing_above_it():
+def test_every_folder_of_the_package_is_a_layer_or_a_face():
+    folders = {m for m in _modules() if os.path.isdir(os.path.join(os.path.dirname(ROOT),
+                                                                   *m.split(".")))}
+    faces = {"tracegrad", "tracegrad.autograd", "tracegrad.autograd_compat", "tracegrad.nn",
+             "tracegrad.scipy", "tracegrad.backends"}
+    stray = sorted(f for f in folders - set(LAYERS) - set(TARGETS) - faces
+                   if not f.startswith("tracegrad.autograd_compat."))
+    assert not stray, f"folders that are neither a layer nor a public face: {stray}"
+
+
+def test_the_layers_are_declared_bottom_up():
+    # a folder may only name folders below it: the declarations are an order
+    for i, folder in enumerate(LAYERS):
+        above = [p for p in _declared(folder) if _folder(p) in LAYERS[i:] and
+                 _folder(p) != folder]
+        assert not above, f"{folder} declares it may import {above}, which sit above it"
+
+
+@pytest.mark.parametrize("folder", LAYERS + TARGETS)
+def test_every_module_imports_only_what_its_folder_allows(folder):
     g = _import_graph()
-    for mod in g:
-        if mod.startswith("tracegrad.ops"):
-            above = [t for t in g.successors(mod) if not t.startswith(("tracegrad.ops",
-                     "tracegrad.primitives", "tracegrad.runtime_numpy", "tracegrad.code_deps",
-                     "tracegrad._version"))]
-            assert not above, f"{mod} imports {above}, above the op layer"
+    declared = _declared(folder)
+    wrong = sorted((mod, t) for mod in g if _folder(mod) == folder for t in g.successors(mod)
+                   if not _allowed(mod, t, folder, declared))
+    assert not wrong, (f"imports {folder} does not allow (its __init__ says what it may "
+                       f"import): {wrong}")
+
+
+def test_no_target_imports_another_target():
+    g = _import_graph()
+    crossed = sorted((mod, t) for mod in g for t in g.successors(mod)
+                     if _folder(mod) in TARGETS + ["tracegrad.targets"]
+                     and _folder(t) in TARGETS and _folder(t) != _folder(mod))
+    assert not crossed, f"a target (or the renderers they share) imports a target: {crossed}"
+
+
+def test_nothing_below_the_top_imports_a_face_or_an_entry_point():
+    g = _import_graph()
+    up = sorted((mod, t) for mod in g for t in g.successors(mod)
+                if _folder(mod) is not None and _folder(t) is None and t not in EVERYWHERE)
+    assert not up, f"imports that run back up to the top layer: {up}"

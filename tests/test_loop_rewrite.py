@@ -1,11 +1,11 @@
 """Python ``for ... in range(...)`` loops rewritten into scan nodes before
-they run (tracegrad.loop_rewrite): tracing no longer grows with the trip
+they run (tracegrad.frontend.loop_rewrite): tracing no longer grows with the trip
 count, and nothing the loop computes changes."""
 import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad import loop_rewrite
+from tracegrad.frontend import loop_rewrite
 
 RTOL = 1e-12
 V0 = np.array([5., 0., 5.])

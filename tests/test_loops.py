@@ -370,10 +370,11 @@ def _kernel_target(kind, monkeypatch):
     """(backend, array maker) for the native target (the C compiler) or the
     CUDA target through the emulator (a host C++ compiler), or a skip."""
     import shutil
-    from tracegrad import codegen_c_build, testing
+    from tracegrad import testing
+    from tracegrad.runtime import toolchain
     monkeypatch.setenv("TRACEGRAD_CACHE", "0")
     if kind == "native":
-        if codegen_c_build.available()[0] is None:
+        if toolchain.available()[0] is None:
             pytest.skip("no working C compiler")
         return "native", np.asarray, None
     if shutil.which(testing.CXX) is None:
@@ -465,9 +466,9 @@ def test_the_explain_log_names_rolled_loops(monkeypatch, capsys):
 def small_loops_roll(monkeypatch):
     """Roll loops from 48 recorded ops on (256 by default), to test the rule
     on small programs."""
-    import tracegrad.trace
-    from tracegrad import loop_rewrite
-    monkeypatch.setattr(tracegrad.trace, "ROLL_MIN_NODES", 48)
+    import tracegrad.frontend.trace
+    from tracegrad.frontend import loop_rewrite
+    monkeypatch.setattr(tracegrad.frontend.trace, "ROLL_MIN_NODES", 48)
     monkeypatch.setattr(loop_rewrite, "ROLL_MIN_NODES", 48)
 
 
@@ -493,7 +494,7 @@ def _check_same(f, *args, rolled):
 def test_iterations_that_differ_are_not_rolled_wrongly(small_loops_roll, monkeypatch):
     # rolling after tracing alone (the source rewrite would take most of these
     # loops first: tests/test_loop_rewrite.py)
-    from tracegrad import loop_rewrite
+    from tracegrad.frontend import loop_rewrite
     monkeypatch.setattr(loop_rewrite, "rewrite", lambda fn: None)
     x = np.array([0.3, -0.2, 0.9])
     w = np.linspace(0.5, 1.5, 30)

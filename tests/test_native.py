@@ -17,12 +17,14 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad import codegen_c, graph_call, passes
+from tracegrad.runtime import graph_call, toolchain
+from tracegrad.targets.native import builder, codegen as codegen_c
+from tracegrad.ir import passes
 
 from test_cuda import CORPUS, FLOAT32, _args, _leaves, _run, _transforms, w2, rosenbrock
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HAVE_CC = codegen_c.recipe_or_none() is not None
+HAVE_CC = toolchain.recipe_or_none() is not None
 needs_cc = pytest.mark.skipif(not HAVE_CC, reason="the native target needs a C compiler")
 
 CASES = [(n, t, np.float64) for n in CORPUS for t in _transforms(n)] + \
@@ -91,7 +93,7 @@ def test_w2_is_one_c_kernel_with_fused_pairwise_sum(whole, monkeypatch):
 
 @needs_cc
 def test_vector_math_and_isa_in_the_recipe():
-    rec = codegen_c.recipe()
+    rec = toolchain.recipe()
     assert "-O2" in rec["flags"] and "-fopenmp-simd" in rec["flags"]
     assert "-fno-builtin-sin" in rec["flags"] and "-ffast-math" not in rec["flags"]
     for part in ("compiler", "isa", "glibc", "python", "math"):
@@ -106,7 +108,7 @@ def test_scalar_libm_option_matches_numpy_bit_for_bit(monkeypatch):
                    backend="native")
     out = f(x)
     assert tg.cache_info()["target"] == "native"
-    assert codegen_c.recipe()["vector_math"] == []
+    assert toolchain.recipe()["vector_math"] == []
     # Scalar libm, element by element, is what the option promises; Python's
     # math module calls the same libm.  NumPy agrees to 1 ulp (bit for bit
     # where it calls libm itself; with AVX-512 it has its own exp and log).
@@ -162,9 +164,9 @@ def test_the_native_extras_zig_compiles_where_no_cc_is_on_the_path(tmp_path):
     pytest.importorskip("ziglang")
     code = textwrap.dedent("""
         import numpy as np, shutil, tracegrad as tg
-        from tracegrad import codegen_c
+        from tracegrad.runtime import toolchain
         assert shutil.which("cc") is None
-        rec = codegen_c.recipe()
+        rec = toolchain.recipe()
         print("CC", rec["cc"][1:], rec["compiler"].split()[0])
         x = np.linspace(0.1, 1.0, 1001)
         f = lambda x: np.sum(np.tanh(x) * np.exp(-x ** 2) + np.log1p(x ** 2) * np.sin(x))
@@ -332,7 +334,7 @@ def test_fusion_groups_scale_near_linearly():
 def test_extension_entry_checks_its_arguments(monkeypatch):
     # the kernel-per-group driver (the whole-graph entry is checked below)
     monkeypatch.setenv("TRACEGRAD_NATIVE_WHOLE", "0")
-    if codegen_c.recipe()["entry"] != "python":
+    if toolchain.recipe()["entry"] != "python":
         pytest.skip("Python's headers are not installed: the kernels are called through ctypes")
     x = np.linspace(-1, 1, 50)
     src = tg.grad(w2, argnums=(0, 1), backend="native").lower(x, x).source
@@ -539,7 +541,7 @@ def test_whole_entry_allocates_fresh_outputs_and_returns_numpy_scalars(entry, wh
     # the entry takes the inputs only, allocates the outputs itself (fresh
     # arrays every call) and returns a computed 0-d value as a NumPy scalar,
     # as `a[()]` gives; a 0-d value that is a view (reshape) stays a 0-d array
-    if entry == "python" and codegen_c.recipe()["entry"] != "python":
+    if entry == "python" and toolchain.recipe()["entry"] != "python":
         pytest.skip("Python's headers are not installed: whole functions go through ctypes")
     x = np.linspace(0.1, 1.0, 16)
     src = tg.value_and_grad(rosenbrock, backend="native").lower(x).source
@@ -617,7 +619,7 @@ def _c_source(fn, *args):
 def _have_openmp():
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TRACEGRAD_NUM_THREADS", "2")
-        return codegen_c.recipe()["threads"] == 2
+        return toolchain.recipe()["threads"] == 2
 
 
 @needs_cc
@@ -634,7 +636,7 @@ def test_threads_on_and_off_match_the_numpy_target(whole, monkeypatch):
         f = tg.value_and_grad(w2, argnums=(0, 1), backend="native")
         got[threads] = f(x, y)
         assert tg.cache_info()["target"] == "native"
-        assert codegen_c.recipe()["threads"] == (int(threads) if _have_openmp() else 1)
+        assert toolchain.recipe()["threads"] == (int(threads) if _have_openmp() else 1)
         assert "\n#pragma omp parallel num_threads(TG_NUM_THREADS)" in _c_source(f, x, y)
         _assert_close(got[threads], want, np.float64)
         # the same thread count gives the same bits (block sums in block order)
@@ -655,14 +657,14 @@ def test_thread_count_is_part_of_the_recipe_identity(monkeypatch):
     recs = {}
     for threads in ("1", "2", "3"):
         monkeypatch.setenv("TRACEGRAD_NUM_THREADS", threads)
-        recs[threads] = codegen_c.recipe()
+        recs[threads] = toolchain.recipe()
     assert len({r["identity"] for r in recs.values()}) == 3
     assert "threads=1" in recs["1"]["identity"] and "openmp=none" in recs["1"]["identity"]
     assert "-fopenmp" not in recs["1"]["flags"]
     assert "threads=2" in recs["2"]["identity"] and "openmp=-fopenmp" in recs["2"]["identity"]
     assert "-fopenmp" in recs["2"]["flags"] and "-DTG_NUM_THREADS=2" in recs["2"]["flags"]
     # the key of a native entry changes with it
-    from tracegrad import pipeline
+    from tracegrad.runtime import pipeline
     keys = set()
     for threads in ("1", "2"):
         monkeypatch.setenv("TRACEGRAD_NUM_THREADS", threads)
@@ -674,7 +676,7 @@ def test_thread_count_is_part_of_the_recipe_identity(monkeypatch):
 def test_default_thread_count_and_a_bad_setting(monkeypatch, caplog):
     monkeypatch.delenv("TRACEGRAD_NUM_THREADS", raising=False)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    assert codegen_c.recipe()["threads"] == 1      # asked for, not assumed
+    assert toolchain.recipe()["threads"] == 1      # asked for, not assumed
     monkeypatch.setenv("TRACEGRAD_NUM_THREADS", "two")
     with caplog.at_level(logging.WARNING, logger="tracegrad.native"):
         out = tg.compile(lambda x: np.exp(x) * 3, backend="native")(np.ones(3))
@@ -722,7 +724,7 @@ def test_compiler_without_openmp_falls_back_to_one_thread(tmp_path, monkeypatch,
         x = np.linspace(-1.0, 2.0, n)
         f = tg.value_and_grad(w2, argnums=(0, 1), backend="native")
         got = f(x, x)
-        rec = codegen_c.recipe()     # the build with the presumed recipe failed: probed
+        rec = toolchain.recipe()     # the build with the presumed recipe failed: probed
     assert rec["threads"] == 1 and rec["openmp"] == "none" and "-fopenmp" not in rec["flags"]
     assert tg.cache_info()["target"] == "native"
     assert not [r for r in caplog.records if "not available" in r.getMessage()]
@@ -909,7 +911,7 @@ def test_a_loop_body_driver_keeps_its_buffers_and_a_cap_turns_them_off(monkeypat
 
 
 def test_isa_level_is_the_best_the_cpu_runs(monkeypatch):
-    ns = codegen_c._loader()["_cpu_levels"].__globals__   # the loader's own namespace
+    ns = builder.loader()["_cpu_levels"].__globals__   # the loader's own namespace
     flags_v3 = "fpu sse2 avx avx2 fma bmi1 bmi2 movbe f16c abm xsave"
     for flags, want in ((flags_v3, ["x86-64-v3"]),
                         (flags_v3 + " avx512f avx512bw avx512cd avx512dq avx512vl",
@@ -925,8 +927,8 @@ def test_isa_level_is_the_best_the_cpu_runs(monkeypatch):
 
 @needs_cc
 def test_recipe_isa_flag_matches_its_identity():
-    rec = codegen_c.recipe()
-    levels = codegen_c._loader()["_cpu_levels"]()
+    rec = toolchain.recipe()
+    levels = builder.loader()["_cpu_levels"]()
     assert rec["isa"] == "baseline" or rec["isa"] in levels
     if rec["isa"] != "baseline":
         assert f"-march={rec['isa']}" in rec["flags"]
@@ -990,7 +992,7 @@ def test_the_recipe_probes_fall_back_one_by_one(tmp_path, monkeypatch, refuse, i
     # a compiler that refuses one thing, as an older or partial toolchain does
     real = shutil.which("cc")
     cc = _refusing_cc(tmp_path, refuse)
-    ns = codegen_c._loader()
+    ns = builder.loader()
     base = ns["recipe"](cc=real)
     rec = ns["recipe"](cc=str(cc))
     levels = ns["_cpu_levels"]()
@@ -1036,7 +1038,7 @@ def test_native_is_the_default_and_tracegrad_backend_selects_it(monkeypatch, set
 def test_presumed_recipe_is_the_probed_one_where_every_probe_passes():
     # the first build uses the presumed recipe (no probe builds); its
     # identity is part of every cache key, so it must be the probes' own
-    ns = codegen_c._loader()
+    ns = builder.loader()
     real = shutil.which("cc")
     presumed = ns["recipe"](cc=real, presume=True)
     probed = ns["recipe"](cc=real)
@@ -1048,8 +1050,7 @@ def test_presumed_recipe_is_the_probed_one_where_every_probe_passes():
 @pytest.mark.parametrize("refuse", ["-march=x86-64-v4", "-lmvec", "Python.h"])
 def test_a_presumed_recipe_that_fails_to_build_is_probed_and_built_again(tmp_path, monkeypatch,
                                                                          caplog, refuse):
-    from tracegrad import codegen_c_build
-    ns = codegen_c._loader()
+    ns = builder.loader()
     real = shutil.which("cc")
     if refuse == "-march=x86-64-v4" and ns["recipe"](cc=real)["isa"] != "x86-64-v4":
         pytest.skip("this CPU has no AVX-512: the presumed level is v3 or none")
@@ -1057,13 +1058,13 @@ def test_a_presumed_recipe_that_fails_to_build_is_probed_and_built_again(tmp_pat
     monkeypatch.setenv("CC", str(cc))
     monkeypatch.setenv("TRACEGRAD_CACHE", "1")
     monkeypatch.setenv("TRACEGRAD_CACHE_DIR", str(tmp_path / "cache"))
-    assert codegen_c.recipe()["presumed"] is True
+    assert toolchain.recipe()["presumed"] is True
     x = np.linspace(0.1, 1.0, 9 + len(refuse))      # a shape no other test compiled
     with caplog.at_level(logging.WARNING, logger="tracegrad.native"):
         got = tg.value_and_grad(w2, argnums=(0, 1), backend="native")(x, x)
     assert tg.cache_info()["target"] == "native"
     assert not [r for r in caplog.records if "not available" in r.getMessage()]
-    rec = codegen_c.recipe()
+    rec = toolchain.recipe()
     assert "presumed" not in rec
     assert {"-march=x86-64-v4": rec["isa"] != "x86-64-v4", "-lmvec": rec["vector_math"] == [],
             "Python.h": rec["entry"] == "ctypes"}[refuse]
@@ -1071,26 +1072,25 @@ def test_a_presumed_recipe_that_fails_to_build_is_probed_and_built_again(tmp_pat
     assert len(remembered) == 1 and "presumed" not in json.loads(remembered[0].read_text())
     _assert_close(got, tg.value_and_grad(w2, argnums=(0, 1))(x, x), np.float64)
     # a later process starts from the remembered recipe: no probe, no failed build
-    codegen_c_build._memo.clear()
-    assert codegen_c.recipe() == rec
+    toolchain._memo.clear()
+    assert toolchain.recipe() == rec
 
 
 @needs_cc
 def test_a_working_presumed_recipe_is_remembered_after_its_first_build(tmp_path, monkeypatch):
-    from tracegrad import codegen_c_build
     cc = tmp_path / "cc"
     cc.write_text(f'#!/bin/sh\nexec {shutil.which("cc")} "$@"\n')
     cc.chmod(0o755)
     monkeypatch.setenv("CC", str(cc))
     monkeypatch.setenv("TRACEGRAD_CACHE", "1")
     monkeypatch.setenv("TRACEGRAD_CACHE_DIR", str(tmp_path / "cache"))
-    presumed = codegen_c.recipe()
+    presumed = toolchain.recipe()
     assert presumed["presumed"] is True
     assert not list((tmp_path / "cache").glob("native-recipe-*.json"))
     tg.grad(lambda x: np.sum(np.sin(x)), backend="native")(np.ones(3))
     assert tg.cache_info()["target"] == "native"
-    codegen_c_build._memo.clear()
-    rec = codegen_c.recipe()
+    toolchain._memo.clear()
+    rec = toolchain.recipe()
     assert "presumed" not in rec and rec["identity"] == presumed["identity"]
 
 
@@ -1113,7 +1113,7 @@ def test_broadcast_kernels_loop_by_rows_and_match_the_numpy_target(monkeypatch, 
     want = tg.value_and_grad(f, argnums=(0, 1, 2, 3, 4), backend="numpy")(*args)
     vg = tg.value_and_grad(f, argnums=(0, 1, 2, 3, 4), backend="native")
     _assert_close(vg(*args), want, np.float64)
-    csrc = codegen_c.translation_unit(vg.lower(*args).graph)
+    csrc = codegen_c.translation_unit(vg.lower(*args).graph, rec=toolchain.recipe_or_none())
     assert "by rows of the last axis" in csrc
     assert "once per row" in csrc            # the outer coordinates, hoisted
     # rows shorter than ROW_MIN keep the flat loop

@@ -617,7 +617,7 @@ def test_shape_errors_name_the_shapes():
 def test_elementwise_result_dtypes_follow_numpy_with_weak_python_scalars():
     # the shape rule remembers dtypes per operand dtypes: each combination
     # must still get NumPy's own answer, a Python int's range included
-    from tracegrad.primitives import Aval
+    from tracegrad.ops.primitives import Aval
     from tracegrad.ops.base import add_p
     f32, f64, i8, u8 = (Aval((3,), np.dtype(t)) for t in ("f4", "f8", "i1", "u1"))
     for args, want in [((f32, 1.5), "f4"), ((f32, f64), "f8"), ((i8, 1.5), "f8"),

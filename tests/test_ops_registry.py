@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad import runtime_numpy
-from tracegrad.primitives import REGISTRY, Aval, bind
+from tracegrad.ops import runtime_numpy
+from tracegrad.ops.primitives import REGISTRY, Aval, bind
 from tracegrad.ops.base import jvp_apply
 from tracegrad.ops.indexing import parse_index
 
@@ -607,7 +607,7 @@ def test_cuda_expressions_compile_for_float_and_double(tmp_path):
         expr = p.cuda.format("a", "b", "c", **{k: repr(v) for k, v in attrs[name].items()})
         for t in ("float", "double"):
             lines.append(f"{t} k_{name}_{t}({t} a, {t} b, {t} c) {{ return ({t})({expr}); }}")
-    from tracegrad.cache import template_dir
+    from tracegrad.targets.templates import template_dir
     with open(os.path.join(template_dir(), "cuda_helpers.cuh")) as f:
         helpers = f.read().replace("__device__ __forceinline__", "inline")
     src = tmp_path / "exprs.cpp"

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
-from tracegrad.autograd import profiler
-from tracegrad.autograd.profiler import profile, record_function, emit_nvtx
-from tracegrad.autograd.profiler_state import _state
+from tracegrad.eager import profiler
+from tracegrad.eager.profiler import profile, record_function, emit_nvtx
+from tracegrad.eager.profiler_state import _state
 
 
 def by_name(prof, name):

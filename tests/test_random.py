@@ -17,7 +17,7 @@ import pytest
 import tracegrad as tg
 from tracegrad.ops import random as tg_random
 from tracegrad.ops.random import RandomTraceError
-from tracegrad.primitives import Aval
+from tracegrad.ops.primitives import Aval
 
 N = 100
 
@@ -360,8 +360,9 @@ def test_generator_argument_proxy_draws_from_the_real_generator_at_run_time():
     """A trace input of dtype object stands for a Generator argument: the
     function sees a proxy, the node reads that input, and the generated code
     calls the real Generator's method."""
-    from tracegrad import codegen, ir, passes
-    from tracegrad.trace import trace_function
+    from tracegrad.targets.numpy import codegen
+    from tracegrad.ir import graph as ir, passes
+    from tracegrad.frontend.trace import trace_function
 
     def f(rng, x):
         return x * rng.normal(1.0, 2.0, size=3) + rng.integers(0, 5, size=3)
@@ -402,7 +403,7 @@ def test_a_generator_argument_of_a_compiled_function_is_drawn_from_each_call(cac
 
 
 def test_generator_proxy_refuses_what_it_cannot_compile():
-    from tracegrad.trace import trace_function
+    from tracegrad.frontend.trace import trace_function
 
     avals = [Aval((), np.dtype(object)), Aval((3,), np.dtype(np.float64))]
     with pytest.raises(RandomTraceError, match="Generator.shuffle"):

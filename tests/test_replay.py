@@ -618,7 +618,7 @@ def test_explain_says_what_was_compiled_and_what_could_not_be(monkeypatch, capsy
 
 
 def test_numpy_scalar_operands_replay_and_signed_zero_constants_do_not_share_a_plan():
-    from tracegrad.tensor import NumpyTensor
+    from tracegrad.eager.tensor import NumpyTensor
     replay.clear()
     for _ in range(3):
         x = NumpyTensor(np.array([0.5, -1.0]), requires_grad=True)

@@ -4,7 +4,7 @@ import pytest
 
 import tracegrad as tg
 from tracegrad.autograd import Function
-from tracegrad.autograd.graph import saved_tensors_hooks, save_on_cpu
+from tracegrad.eager.graph import saved_tensors_hooks, save_on_cpu
 
 
 def test_reference_example_pack_and_unpack_order():

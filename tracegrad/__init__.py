@@ -7,23 +7,23 @@ cached on disk.  See README.md and docs/.
 from tracegrad._version import __version__
 import numpy as _np
 
-from tracegrad import primitives
+from tracegrad.ops import primitives
 from tracegrad import autograd  # before tensor: the engine imports Tensor
-from tracegrad.tensor import (Tensor, tensor, as_tensor, from_numpy, zeros, ones, empty, full,
-                              eye, zeros_like, ones_like, empty_like, full_like, arange,
-                              linspace, rand, randn, rand_like, randn_like, randint, randperm,
-                              normal, manual_seed, seed, is_tensor, device,
-                              set_default_dtype, get_default_dtype, set_default_device,
-                              get_default_device)
+from tracegrad.eager.tensor import (Tensor, tensor, as_tensor, from_numpy, zeros, ones, empty, full,
+                                    eye, zeros_like, ones_like, empty_like, full_like, arange,
+                                    linspace, rand, randn, rand_like, randn_like, randint, randperm,
+                                    normal, manual_seed, seed, is_tensor, device,
+                                    set_default_dtype, get_default_dtype, set_default_device,
+                                    get_default_device)
 from tracegrad import ops
 from tracegrad.ops import *  # noqa: F401,F403
 # The two faces: methods whose meaning differs follow the value's dialect;
 # the top-level names torch has mean what they mean in torch.
-from tracegrad import numpy_face  # noqa: F401
-from tracegrad.torch_face import (std, var, max, min, sort, split, transpose,  # noqa: F401
-                                  nonzero, squeeze, norm, topk, kthvalue, median, sum, mean,
-                                  prod, amax, amin, argmax, argmin, all, any, nansum, nanmean,
-                                  cross, equal, isclose, allclose)
+from tracegrad.frontend import numpy_face  # noqa: F401
+from tracegrad.frontend.torch_face import (std, var, max, min, sort, split, transpose,  # noqa: F401
+                                           nonzero, squeeze, norm, topk, kthvalue, median, sum, mean,
+                                           prod, amax, amin, argmax, argmin, all, any, nansum, nanmean,
+                                           cross, equal, isclose, allclose)
 from tracegrad import autograd
 from tracegrad.autograd import (no_grad, enable_grad, set_grad_enabled, inference_mode,
                                 is_grad_enabled, is_inference_mode_enabled)
@@ -47,8 +47,8 @@ _LAZY = {
     "compile": "tracegrad.api", "grad": "tracegrad.api", "value_and_grad": "tracegrad.api",
     "vjp": "tracegrad.api", "jvp": "tracegrad.api", "jacobian": "tracegrad.api",
     "jacrev": "tracegrad.api", "jacfwd": "tracegrad.api", "hessian": "tracegrad.api",
-    "cache_info": "tracegrad.cache", "clear_cache": "tracegrad.cache",
-    "TraceError": "tracegrad.trace", "testing": None,
+    "cache_info": "tracegrad.runtime.cache", "clear_cache": "tracegrad.runtime.cache",
+    "TraceError": "tracegrad.frontend.trace", "testing": None,
     "nn": None,  # tracegrad.nn.functional, torch.nn.functional's meaning
     "func": None,  # torch.func (grad, vjp, jvp, jacrev, vmap, ...) on the compiler
 }

@@ -17,18 +17,19 @@ import weakref
 
 import numpy as np
 
-from tracegrad import cache, code_deps, distributed
-from tracegrad.cache import _stats   # the counters tg.cache_info() reports
+from tracegrad.runtime import cache
+from tracegrad.frontend import code_deps
+from tracegrad.runtime import distributed
+from tracegrad.runtime.cache import _stats   # the counters tg.cache_info() reports
 from tracegrad._version import __version__
-from tracegrad.autograd.profiler_state import _state as _prof_state
-from tracegrad.autograd.profiler_state import recording_anywhere as _profiling
+from tracegrad.eager.profiler_state import _state as _prof_state, recording_anywhere as _profiling
 
 _ndarray = np.ndarray
-from tracegrad.graph_call import leaf_array
-from tracegrad import primitives
-from tracegrad.primitives import Aval
-from tracegrad.trace import (Tracer, trace_function, tree_flatten, tree_unflatten,
-                             leaf_paths)
+from tracegrad.runtime.graph_call import leaf_array
+from tracegrad.ops import primitives
+from tracegrad.ops.primitives import Aval
+from tracegrad.frontend.trace import (Tracer, trace_function, tree_flatten, tree_unflatten,
+                                      leaf_paths)
 
 _ALL = weakref.WeakSet()
 
@@ -102,16 +103,16 @@ class Lowered:
     @property
     def cuda_source(self):
         if self._cuda_source is None:
-            from tracegrad import codegen_cuda
+            from tracegrad.targets.cuda import codegen as codegen_cuda
             self._cuda_source = codegen_cuda.translation_unit(self.graph)
         return self._cuda_source
 
     def dot(self):
-        from tracegrad import ir
+        from tracegrad.ir import graph as ir
         return ir.to_dot(self.graph)
 
     def text(self):
-        from tracegrad import ir
+        from tracegrad.ir import graph as ir
         return ir.to_text(self.graph)
 
     def __repr__(self):
@@ -286,8 +287,8 @@ class Compiled:
                tuple((r[0], r[3]) for r in ranges), kw_tree, static_key(statics), len(args),
                faces)
         if tensors:
-            from tracegrad.autograd.grad_mode import state
-            from tracegrad.tensor import _FW, _tangent
+            from tracegrad.eager.grad_mode import state
+            from tracegrad.eager.tensor import _FW, _tangent
             duals = _FW.level is not None and any(_tangent(x) is not None for x in leaves)
             if duals and self.kind != "forward":
                 raise NotImplementedError(
@@ -312,7 +313,7 @@ class Compiled:
             cache.count("memory_hits")
         out = self._run(entry, arrays, ranges)
         if tensors:
-            from tracegrad.tensor import Tensor
+            from tracegrad.eager.tensor import Tensor
             leaves_out, tree = tree_flatten(out)
             out = tree_unflatten(tree, [Tensor(np.asarray(o)) if isinstance(o, (np.ndarray, np.generic))
                                         else o for o in leaves_out])
@@ -321,7 +322,7 @@ class Compiled:
     def _call_profiled(self, args, kwargs):
         """A call while a profiler records: one "compiled" event with the
         generated statements as child events."""
-        from tracegrad.graph_call import instrumented
+        from tracegrad.runtime.graph_call import instrumented
         prof = _prof_state.current
         _prof_state.current = None        # tracing and building are not the call
         try:
@@ -411,7 +412,7 @@ class Compiled:
     def _trace(self, arrays, ranges, kw_tree, statics, names, nargs, faces=None):
         """faces: the dialect of each leaf (None: all NumPy)."""
         avals = [_leaf_aval(a) for a in arrays]
-        from tracegrad import pipeline
+        from tracegrad.runtime import pipeline
         # CuPy arrays select the CUDA target; Dask arrays the NumPy target
         # (each chunk's program runs on a worker); else the default
         backend = self.backend or (
@@ -435,7 +436,7 @@ class Compiled:
         Python control flow may depend on values; the backward engine then
         gives the derivatives, in the layout the compiled code returns."""
         from tracegrad.autograd import enable_grad
-        from tracegrad.tensor import NumpyTensor
+        from tracegrad.eager.tensor import NumpyTensor
         leaves, ranges, kw_tree, statics, names = self._flatten(args, kwargs)
         wrt = self._wrt_leaves(ranges) if self.kind != "forward" else []
         arrays = [leaf_array(x, f"argument leaf '{n}'")[0] for x, n in zip(leaves, names)]
@@ -483,7 +484,7 @@ class Compiled:
                 f"or tg.vjp.")
 
     def _key_parts(self, kind, trace, avals, statics, backend, wrt):
-        from tracegrad.cache import templates_hash
+        from tracegrad.runtime.cache import templates_hash
         fn = self.fn
         return {
             "function": f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}",
@@ -509,7 +510,7 @@ class Compiled:
         if lower:
             graph, source = _compile(kind, trace, wrt, names, self, parts, khash)
             return Lowered(graph, source, khash, parts, backend)
-        from tracegrad import pipeline   # a build: the code generator loads here
+        from tracegrad.runtime import pipeline  # a build: the code generator loads here
         ns = pipeline.load(khash, parts,
                            lambda: _compile(kind, trace, wrt, names, self, parts, khash)[1],
                            explain_as=parts["function"])
@@ -539,7 +540,7 @@ class Compiled:
         (tracers) or on Tensors that record the tape: its transformed graph
         is evaluated op by op on those values, so the caller differentiates
         through it (grad of grad, a gradient inside a compiled step)."""
-        from tracegrad import ir
+        from tracegrad.ir import graph as ir
         avals = [primitives.aval_of(x) for x in leaves]
         faces = _leaf_faces(leaves)
         sig = ("inline", tuple(avals), tuple((r[0], r[3]) for r in ranges), kw_tree,
@@ -596,7 +597,7 @@ class Compiled:
 
     # --- compiled calls on the eager tape ---------------------------------------------------
     def _call_on_tape(self, args, leaves, arrays, ranges, kw_tree, statics, names, sig):
-        from tracegrad import graph_call
+        from tracegrad.runtime import graph_call
         key = ("tape",) + sig
         entry = self._fast.get(key)
         if entry is None:
@@ -716,7 +717,7 @@ def _inside_another_transform(leaves, kind):
             return True
         if kind != "forward" and getattr(x, "requires_grad", False):
             if tape is None:
-                from tracegrad.autograd.grad_mode import state
+                from tracegrad.eager.grad_mode import state
                 tape = state.grad_enabled
             if tape:
                 return True
@@ -725,14 +726,14 @@ def _inside_another_transform(leaves, kind):
 
 def _transform_graph(kind, trace, wrt):
     """Trace -> graph -> the transform's graph, optimised."""
-    from tracegrad import pipeline
+    from tracegrad.runtime import pipeline
     return pipeline.transform(pipeline.graph_of(trace), kind,
                               [j for _, lo, hi in wrt for j in range(lo, hi)])
 
 
 def _compile(kind, trace, wrt, names, compiled, parts, khash):
     """Trace -> transformed graph -> source (NumPy, or the CUDA target's)."""
-    from tracegrad import pipeline
+    from tracegrad.runtime import pipeline
     g = _transform_graph(kind, trace, wrt)
     fn = compiled.fn
     src = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
@@ -844,7 +845,7 @@ def vjp(fn, *primals, has_aux=False, backend=None, static_argnums=(), static_arg
     """``(outputs, vjp_fn)``: vjp_fn(cotangents) -> one cotangent per dynamic
     primal (static ones, named by ``static_argnums``, get none).
     compile=False: run ``fn`` eagerly (control flow may depend on values)."""
-    from tracegrad import graph_call
+    from tracegrad.runtime import graph_call
     if isinstance(fn, Compiled) and fn.kind == "forward":
         fn = fn.fn
     f, dyn, _ = _bind_statics(fn, primals, static_argnums, static_argnames, "vjp")
@@ -857,7 +858,7 @@ def _eager_run(f, primals):
     """f on NumPy-face eager values of the primals' leaves that record the
     tape: (those values, output leaves, output tree)."""
     from tracegrad.autograd import enable_grad
-    from tracegrad.tensor import NumpyTensor
+    from tracegrad.eager.tensor import NumpyTensor
     leaves, tree = tree_flatten(tuple(primals))
     xs = []
     for x in leaves:
@@ -871,7 +872,7 @@ def _eager_run(f, primals):
 def _eager_cotangents(outs, xs, cts, create_graph=False):
     """J^T ct for the output leaves ``outs`` (zeros where no path)."""
     from tracegrad import autograd
-    from tracegrad.tensor import NumpyTensor
+    from tracegrad.eager.tensor import NumpyTensor
     pairs = [(o, c if hasattr(c, "grad_fn") else
               NumpyTensor(np.asarray(c, dtype=np.asarray(_plain(o)).dtype)))
              for o, c in zip(outs, cts) if getattr(o, "requires_grad", False)]
@@ -913,7 +914,7 @@ def _eager_jvp(f, primals, tangents):
     """Forward mode on the tape: J t is the vjp of the vjp (the cotangent
     u enters J^T u linearly, so d/du <J^T u, t> = J t)."""
     from tracegrad import autograd
-    from tracegrad.tensor import NumpyTensor
+    from tracegrad.eager.tensor import NumpyTensor
     xs, in_tree, out = _eager_run(f, primals)
     out_leaves, out_tree = tree_flatten(out)
     t_leaves, t_tree = tree_flatten(tuple(tangents))
@@ -940,7 +941,7 @@ def jvp(fn, primals, tangents, *, backend=None, static_argnums=(), static_argnam
         compile=True):
     """``(outputs, output_tangents)`` by forward mode; ``tangents`` has one
     entry per dynamic primal.  compile=False: run ``fn`` eagerly."""
-    from tracegrad import graph_call
+    from tracegrad.runtime import graph_call
     if isinstance(fn, Compiled) and fn.kind == "forward":
         fn = fn.fn
     for what, v in (("primals", primals), ("tangents", tangents)):

@@ -283,7 +283,7 @@ class Target:
             pos = [given.pop(p.name) for p in params.values()
                    if p.kind is p.POSITIONAL_ONLY and p.name in given]
             out = fn(*pos, **given)
-            from tracegrad.trace import tree_flatten
+            from tracegrad.frontend.trace import tree_flatten
             target.out_tree = tree_flatten(out)[1]
             return out
 
@@ -346,7 +346,7 @@ def lower(target, transform, wrt, backend):
     decorator's ``.lower()``.  tg.vjp and tg.jvp have no ``.lower()``, so
     their graphs are derived here from the forward graph that ``.lower()``
     returns, with the same transforms tg.vjp/tg.jvp apply
-    (tracegrad.pipeline.transform) and printed by the same code generator."""
+    (tracegrad.runtime.pipeline.transform) and printed by the same code generator."""
     fn = target.bound()
     lowered = _lower(fn, target, transform, wrt, backend)
     # The generated docstring names the function's file; point it at the
@@ -355,7 +355,7 @@ def lower(target, transform, wrt, backend):
         ours = f"({inspect.getsourcefile(fn)}:{inspect.getsourcelines(fn)[1]})"
         theirs = f"({inspect.getsourcefile(target.fn)}:{inspect.getsourcelines(target.fn)[1]})"
         # as the generated source spells them: through the code generator's escaping
-        from tracegrad.codegen import safe_text
+        from tracegrad.targets.templates import safe_text
         lowered.source = lowered.source.replace(safe_text(ours), safe_text(theirs))
     except (TypeError, OSError):
         pass
@@ -374,7 +374,7 @@ def _lower(fn, target, transform, wrt, backend):
         make = {"grad": tg.value_and_grad, "value_and_grad": tg.value_and_grad,
                 "jacobian": tg.jacobian, "hessian": tg.hessian}[transform]
         return make(fn, argnums=argnums, backend=backend).lower(*xs)
-    from tracegrad import cache, pipeline
+    from tracegrad.runtime import cache, pipeline
     fwd = tg.compile(fn, backend=backend).lower(*xs)
     n_out = len(fwd.graph.graph["outputs"])
     names = list(target.dyn)
@@ -396,7 +396,7 @@ def _lower(fn, target, transform, wrt, backend):
 
 def run_lowering(target, transform, wrt, backend):
     """``lower`` with the user's mistakes turned into CLIErrors."""
-    from tracegrad.trace import TraceError
+    from tracegrad.frontend.trace import TraceError
     try:
         return lower(target, transform, wrt, backend)
     except TraceError as e:
@@ -517,7 +517,7 @@ def _spec(dtype, shape):
 
 def _fresh(names, taken):
     """``names`` made distinct from ``taken`` and from each other."""
-    from tracegrad.codegen import identifier
+    from tracegrad.targets.pysource import identifier
     out = []
     for n in names:
         out.append(identifier(n, set(taken) | set(out)))
@@ -532,8 +532,8 @@ def _wrapper_globals(kernel):
 def standalone_module(target, transform, wrt, backend, lowered, public_name, command):
     """Source of the standalone module for ``lowered``.  User text reaches it
     as identifiers (checked), through repr() of plain literals, or escaped
-    by ``codegen.safe_text`` in the docstrings."""
-    from tracegrad.codegen import safe_text
+    by ``templates.safe_text`` in the docstrings."""
+    from tracegrad.targets.templates import safe_text
     source = lowered.source
     inner = {"forward": "forward", "grad": "value_and_grad", "value_and_grad": "value_and_grad",
              "jacobian": "jacobian", "hessian": "hessian"}.get(transform, transform)
@@ -696,7 +696,7 @@ def cmd_compile(a):
     if a.backend == "native":
         text = _native_standalone(text)
     module_name = "OUT" if a.output == "-" else os.path.splitext(os.path.basename(a.output))[0]
-    from tracegrad.codegen import safe_text   # the output's name is user text too
+    from tracegrad.targets.templates import safe_text   # the output's name is user text too
     text = text.replace("from {module} import", f"from {safe_text(module_name)} import", 1)
     compile(text, a.output, "exec")  # never write a module that does not parse
     if a.output == "-":
@@ -764,8 +764,9 @@ def cmd_show(a):
 
 def _c_source(lowered):
     """The native target's C kernels of a lowered graph (show --format c)."""
-    from tracegrad import codegen_c
-    return codegen_c.translation_unit(lowered.graph)
+    from tracegrad.runtime import toolchain
+    from tracegrad.targets.native import codegen as native
+    return native.translation_unit(lowered.graph, rec=toolchain.recipe_or_none())
 
 
 def _native_standalone(text):
@@ -796,7 +797,7 @@ def _human(n):
 
 
 def cmd_cache(a):
-    from tracegrad import cache
+    from tracegrad.runtime import cache
     d = cache.cache_dir()
     if a.action == "info":
         info = cache.cache_info()

@@ -12,7 +12,7 @@ called on the values of an enclosing one (grad of grad, jacrev of jacrev,
 vmap of grad) inlines its transformed graph into the enclosing trace, so the
 whole nest is one compiled program.
 
-``vmap`` batches the traced graph with ``tracegrad.batching`` (every op's
+``vmap`` batches the traced graph with ``tracegrad.ir.batching`` (every op's
 batching rule; an op with no rule is unrolled inside the graph), so it too is
 one compiled call, never a Python loop over the batch.
 
@@ -35,9 +35,10 @@ from __future__ import annotations
 
 import weakref
 
-from tracegrad import api, cache, pipeline
-from tracegrad.primitives import Aval
-from tracegrad.trace import TraceError, Tracer, trace_function, tree_flatten, tree_unflatten, leaf_paths
+from tracegrad import api
+from tracegrad.runtime import cache, pipeline
+from tracegrad.ops.primitives import Aval
+from tracegrad.frontend.trace import TraceError, Tracer, trace_function, tree_flatten, tree_unflatten, leaf_paths
 
 __all__ = ["grad", "grad_and_value", "vjp", "jvp", "jacrev", "jacfwd", "hessian", "vmap",
            "functional_call"]
@@ -303,7 +304,7 @@ def vjp(func, *primals, has_aux=False):
 def _jvp_impl(func, has_aux):
     """The compiled ``(primals, tangents) -> (outputs, tangent outputs[, aux])``:
     traced, it traces ``func`` on its own, takes the forward-mode graph of
-    the result (tracegrad.pipeline) and records it into the caller's trace."""
+    the result (tracegrad.runtime.pipeline) and records it into the caller's trace."""
     def jvp_of(primals, tangents):
         p_leaves, p_tree = tree_flatten(tuple(primals))
         t_leaves, _ = tree_flatten(tuple(tangents))
@@ -324,7 +325,7 @@ def _jvp_impl(func, has_aux):
         trace, out_tree = _trace_inner(value_of, avals, rebuild, leaf_paths(p_tree, "x"),
                                        outer.backend, faces, "jvp")
         g = pipeline.transform(pipeline.graph_of(trace), "jvp", range(len(p_leaves)))
-        from tracegrad import ir
+        from tracegrad.ir import graph as ir
         outs = ir.eval_graph(g, list(p_leaves) + list(t_leaves), trace=outer)[0]
         n = len(trace.outputs)
         result = (tree_unflatten(out_tree, outs[:n]), tree_unflatten(out_tree, outs[n:]))
@@ -431,7 +432,7 @@ def vmap(func, in_dims=0, out_dims=0, randomness="error", *, chunk_size=None):
     positional arguments (keyword arguments are never mapped); out_dims:
     where the batch axis goes in each output (None: the output must not
     depend on the batch).  The traced graph of ``func`` is batched as a whole
-    (tracegrad.batching) and compiled once per input signature; nested vmaps
+    (tracegrad.ir.batching) and compiled once per input signature; nested vmaps
     and vmap of grad (per-sample gradients) are one compiled program.
     ``chunk_size`` is accepted and checked, but the whole batch runs at once
     (identical results); ``randomness="same"`` draws once for the batch,
@@ -512,7 +513,7 @@ def _make_vmap(func, in_dims, out_dims, randomness, fname):
             if b:
                 batched_nodes.add(v)
                 batched_nodes |= nx.descendants(g, v)
-        from tracegrad import batching   # a build: networkx is loaded by now
+        from tracegrad.ir import batching  # a build: networkx is loaded by now
         outs = batching.batch_graph(g, flags, B, trace=outer, inputs=moved)
         o_dims = _broadcast_dims(out_dims, out_tree, "out_dims", fname)
         results = []

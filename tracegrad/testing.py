@@ -64,7 +64,7 @@ class EmulatorError(RuntimeError):
 
 
 def header_path() -> str:
-    from tracegrad.codegen import template_dir
+    from tracegrad.targets.templates import template_dir
     return os.path.join(template_dir(), "cuda_emulator.h")
 
 
@@ -381,7 +381,7 @@ def fake_cupy():
 def _clear_compiled_state():
     """Forget loaded generated modules (they are bound to whichever ``cupy``
     was importable), so nothing loaded under the stand-in outlives it."""
-    from tracegrad import cache, graph_call
+    from tracegrad.runtime import cache, graph_call
     cache.clear_cache(disk=False)
     graph_call._VJP_CACHE.clear()
 

@@ -17,9 +17,9 @@ import weakref
 
 import numpy as np
 
-from tracegrad import cache
-from tracegrad.autograd.grad_mode import enable_grad, no_grad
-from tracegrad.tensor import Tensor
+from tracegrad.runtime import cache
+from tracegrad.eager.grad_mode import enable_grad, no_grad
+from tracegrad.eager.tensor import Tensor
 
 __all__ = ["jacobian", "hessian", "vjp", "jvp", "vhp", "hvp"]
 
@@ -40,8 +40,8 @@ def _as_tuple(x, arg_name, fn_name):
 
 
 def _trace(func, inputs):
-    from tracegrad.primitives import Aval
-    from tracegrad.trace import trace_function
+    from tracegrad.ops.primitives import Aval
+    from tracegrad.frontend.trace import trace_function
     avals = [Aval(tuple(x.shape), x.dtype) for x in inputs]
     names = [f"input{i}" for i in range(len(inputs))]
     trace, out_tree = trace_function(func, avals, lambda ts: (list(ts), {}), names,
@@ -59,8 +59,8 @@ def _trace(func, inputs):
 
 def _graph_function(trace, what, func):
     """The GraphFunction of ``what`` applied to the traced graph (cached)."""
-    from tracegrad import pipeline
-    from tracegrad.graph_call import GraphFunction
+    from tracegrad.runtime import pipeline
+    from tracegrad.runtime.graph_call import GraphFunction
     backend = pipeline.default_backend()
     key = (trace.structure_hash(), what, backend)
     gf = _CACHE.get(key)
@@ -70,7 +70,7 @@ def _graph_function(trace, what, func):
     wrt = list(range(n_in))
 
     def make():
-        from tracegrad import pipeline
+        from tracegrad.runtime import pipeline
         return pipeline.transform(pipeline.graph_of(trace), what, wrt)
 
     name = f"{getattr(func, '__qualname__', 'func')} ({what})"
@@ -118,7 +118,7 @@ _TRACES = weakref.WeakKeyDictionary()
 def _prepare(func, inputs, fn_name, strict):
     """Trace func (once per input signature); None when it cannot be traced
     (eager fallback)."""
-    from tracegrad.trace import TraceError
+    from tracegrad.frontend.trace import TraceError
     sig = tuple((tuple(x.shape), x.dtype.str) for x in inputs)
     try:
         per_fn = _TRACES.setdefault(func, {})
@@ -161,7 +161,7 @@ _INPUTS = "the input to the user-provided function is"
 
 
 def _out_avals(trace):
-    from tracegrad.primitives import Aval
+    from tracegrad.ops.primitives import Aval
     res = []
     for nid in trace.outputs:
         a = trace.nodes[nid].aval
@@ -298,8 +298,8 @@ def _eager_outputs(func, inputs, create_graph):
 
 
 def _grads(outs, xs, grad_outputs, create_graph):
-    from tracegrad.autograd.engine import grad
-    from tracegrad.tensor import zeros_like
+    from tracegrad.eager.engine import grad
+    from tracegrad.eager.tensor import zeros_like
     live = [(o, g) for o, g in zip(outs, grad_outputs) if o.requires_grad]
     if not live:
         return tuple(zeros_like(x) for x in xs)
@@ -347,11 +347,11 @@ def _eager_vjp(func, inputs, v, tuple_in, create_graph):
 
 def _eager_jvp(func, inputs, v, create_graph):
     # the double-vjp trick: J v = d/du (u^T J) v, exact and eager
-    from tracegrad.tensor import zeros_like
+    from tracegrad.eager.tensor import zeros_like
     xs, outs, tuple_out = _eager_outputs(func, inputs, create_graph)
     us = tuple(zeros_like(o, requires_grad=True) for o in outs)
     g = _grads(outs, xs, us, True)
-    from tracegrad.autograd.engine import grad
+    from tracegrad.eager.engine import grad
     res = grad(g, us, v, create_graph=create_graph, allow_unused=True)
     res = tuple(r if r is not None else zeros_like(o) for r, o in zip(res, outs))
     outs = _grad_free(outs, create_graph)
@@ -362,8 +362,8 @@ def _eager_jvp(func, inputs, v, create_graph):
 def _eager_hessian_product(func, inputs, v, tuple_in, create_graph, what):  # noqa: ARG001
     xs, outs, _ = _eager_outputs(func, inputs, create_graph)
     g = _grads(outs, xs, (None,), True)
-    from tracegrad.autograd.engine import grad
-    from tracegrad.tensor import zeros_like
+    from tracegrad.eager.engine import grad
+    from tracegrad.eager.tensor import zeros_like
     # the Hessian is symmetric, so v^T H and H v are the same vectors here
     res = grad(g, xs, v, create_graph=create_graph, allow_unused=True)
     res = tuple(r if r is not None else zeros_like(x) for r, x in zip(res, xs))

@@ -45,13 +45,13 @@ from operator import attrgetter
 
 import numpy as np
 
-import tracegrad.autograd.engine as _engine
-from tracegrad.autograd import graph as _graph
-from tracegrad.autograd.grad_mode import state as _mode
-from tracegrad.autograd.graph import AccumulateGrad
-from tracegrad import primitives
-from tracegrad.autograd.profiler_state import _state as _prof_state
-from tracegrad.tensor import NumpyTensor, PRIM_NODE_CLASSES, PrimNode, Tensor
+import tracegrad.eager.engine as _engine
+from tracegrad.eager import graph as _graph
+from tracegrad.eager.grad_mode import state as _mode
+from tracegrad.eager.graph import AccumulateGrad
+from tracegrad.ops import primitives
+from tracegrad.eager.profiler_state import _state as _prof_state
+from tracegrad.eager.tensor import NumpyTensor, PRIM_NODE_CLASSES, PrimNode, Tensor
 
 _ndarray = np.ndarray
 
@@ -335,13 +335,13 @@ def _build(nodes, arrays, key, seed_given, targets):
     Without targets every leaf reached gets its gradient; with them (the
     positions of autograd.grad's inputs) only those, and only the nodes on a
     path to one run, as in the interpreter."""
-    from tracegrad import pipeline
-    from tracegrad.adjoint import _const_tracer
-    from tracegrad.cache import _exec_source
+    from tracegrad.runtime import pipeline
+    from tracegrad.ir.adjoint import _const_tracer
+    from tracegrad.runtime.cache import _exec_source
     from tracegrad.ops import add
-    from tracegrad.primitives import Aval
+    from tracegrad.ops.primitives import Aval
     from tracegrad.ops.base import vjp_apply
-    from tracegrad.trace import Trace
+    from tracegrad.frontend.trace import Trace
 
     T = Trace("numpy")
     names = []
@@ -454,7 +454,7 @@ def _explain(msg):
 def _computed_here(g, v):
     """Is output v an array the generated code made (not an argument, a
     module constant, or a view of one)?"""
-    from tracegrad import ir
+    from tracegrad.ir import graph as ir
     while True:
         op = g.nodes[v]["op"]
         if op in ("input", "const"):

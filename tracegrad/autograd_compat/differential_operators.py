@@ -42,11 +42,10 @@ from collections import OrderedDict
 
 import numpy as onp
 
-from tracegrad import api as _api
-from tracegrad import ops as _o
+from tracegrad import api as _api, ops as _o
 from tracegrad.autograd import grad as _tape_grad, enable_grad as _enable_grad
-from tracegrad.tensor import NumpyTensor as _NumpyTensor, Tensor as _Tensor
-from tracegrad.trace import TraceError, Tracer as _Tracer, tree_flatten, tree_unflatten
+from tracegrad.eager.tensor import NumpyTensor as _NumpyTensor, Tensor as _Tensor
+from tracegrad.frontend.trace import TraceError, Tracer as _Tracer, tree_flatten, tree_unflatten
 from tracegrad.autograd_compat.extend import (RulesNeeded as _RulesNeeded,
                                               forward_mode_trace as _forward_mode_trace)
 

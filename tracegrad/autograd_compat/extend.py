@@ -32,11 +32,11 @@ import functools
 import numpy as onp
 
 from tracegrad import api as _api, ops as _o
-from tracegrad.cache import clear_cache as _clear_cache
+from tracegrad.runtime.cache import clear_cache as _clear_cache
 from tracegrad.autograd import Function, grad as _tape_grad, enable_grad as _enable_grad
 from tracegrad.autograd import is_grad_enabled as _grad_on
-from tracegrad.tensor import NumpyTensor as _NumpyTensor, Tensor as _Tensor
-from tracegrad.trace import TraceError
+from tracegrad.eager.tensor import NumpyTensor as _NumpyTensor, Tensor as _Tensor
+from tracegrad.frontend.trace import TraceError
 
 __all__ = ["primitive", "defvjp", "defjvp", "defvjp_argnum", "defjvp_argnum", "Primitive",
            "notrace_primitive"]

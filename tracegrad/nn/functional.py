@@ -27,7 +27,7 @@ import warnings
 
 import numpy as np
 
-from tracegrad import primitives
+from tracegrad.ops import primitives
 from tracegrad.ops.base import (add, sub, mul, div, neg, log, tanh as _tanh, where, astype,
                                 stop_gradient, sum as _sum, reshape, matmul, swapaxes, equal,
                                 not_equal, greater, less, logical_and, pow as _pow, broadcast_to,
@@ -40,7 +40,7 @@ from tracegrad.ops.indexing import getitem
 from tracegrad.ops.numpy_functions import pad as _np_pad
 from tracegrad.ops import nn as _nn
 from tracegrad.ops.random import is_tracing
-from tracegrad.tensor import Tensor, _RNG
+from tracegrad.eager.tensor import Tensor, _RNG
 
 __all__ = [
     "binary_cross_entropy_with_logits", "binary_cross_entropy", "cross_entropy", "nll_loss",

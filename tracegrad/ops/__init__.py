@@ -1,9 +1,18 @@
 """The functional ops: one function per public op, each binding a primitive.
 
 The op modules register their rows in the one registry
-(``tracegrad.primitives.REGISTRY``) and attach their functions as Tensor
+(``tracegrad.ops.primitives.REGISTRY``) and attach their functions as Tensor
 methods and NumPy overrides.  ``tracegrad`` re-exports the names in
 ``__all__`` (``tg.exp``, ``tg.sum``, ``tg.linalg.inv``...).
+
+The bottom layer: the registry (``primitives``: one row per primitive with
+its impl, shape rule, vjp and jvp rules and emitters), the functional ops
+and their rules, and the NumPy helpers the rows' impls and the generated
+code share (``runtime_numpy``).  Eager mode, tracing and every code
+generator read these rows; where an op must reach a higher layer (control
+flow traces its bodies), that layer installs a hook (``control.hooks``).
+
+May import: no other folder.
 """
 import types as _types
 

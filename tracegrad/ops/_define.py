@@ -15,7 +15,7 @@ An op module attaches a function with
 
 * ``@method("exp")``: as ``x.exp()`` on Tensors and tracers, in both faces;
 * ``@face_method("numpy", "std")``: as one face's meaning of the name (the
-  faces register theirs in ``tracegrad.numpy_face`` / ``tracegrad.torch_face``);
+  faces register theirs in ``tracegrad.frontend.numpy_face`` / ``tracegrad.frontend.torch_face``);
 * ``@implements(np.exp)``: as the override NumPy dispatches to through
   ``__array_ufunc__`` / ``__array_function__``, so ``np.exp(t)`` works.
 """
@@ -25,7 +25,7 @@ import numpy as np
 
 
 def _name_grad_fn(value, name, spec=()):
-    return name_grad_fn(value, name, spec)   # late-bound: tracegrad.tensor replaces it
+    return name_grad_fn(value, name, spec)   # late-bound: tracegrad.eager.tensor replaces it
 
 
 # NumPy callable (ufunc or array function) -> tracegrad function
@@ -269,7 +269,7 @@ def name_grad_fn(value, name, spec=()):
     """Give an eager result's backward node torch's name where torch's
     depends on which method made it (``x.t()``: TBackward0, ``x.T``:
     PermuteBackward0, for the same transpose primitive).  ``spec``: the
-    node's ``_saved_*`` attributes, as tracegrad.tensor describes them.
-    The eager layer (tracegrad.tensor) installs the implementation; on a
+    node's ``_saved_*`` attributes, as tracegrad.eager.tensor describes them.
+    The eager layer (tracegrad.eager.tensor) installs the implementation; on a
     traced value, or before that, nothing happens."""
     return value

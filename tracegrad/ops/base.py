@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracegrad import runtime_numpy as _rt
-from tracegrad.primitives import Aval, bind, register, broadcast_shapes
+from tracegrad.ops import runtime_numpy as _rt
+from tracegrad.ops.primitives import Aval, bind, register, broadcast_shapes
 from tracegrad.ops import _define
 from tracegrad.ops._define import method, implements, axis_arg, norm_axes, numpy_copy, _ops
 
@@ -61,7 +61,7 @@ def elementwise_shape(prim_impl):
                 dtypes[key] = dtype
         return Aval(broadcast_shapes(*shapes), dtype)
     # an elementwise function, even without a C expression (the special
-    # functions): tracegrad.distributed lets such ops work row by row
+    # functions): tracegrad.runtime.distributed lets such ops work row by row
     rule.elementwise = True
     return rule
 
@@ -729,7 +729,7 @@ def _np_size(a, axis=None):
 
 @implements(np.sum)
 def sum(x, axis=None, dtype=None, out=None, keepdims=False, *, dim=None, keepdim=None, **kw):
-    """NumPy's sum (its argument order; torch's is tracegrad.torch_face's)."""
+    """NumPy's sum (its argument order; torch's is tracegrad.frontend.torch_face's)."""
     if axis is None and dim is None and dtype is None and not keepdims and not keepdim \
             and is_value(x):  # the common full reduction
         return bind(sum_p, x, axis=tuple(range(len(x.shape))), keepdims=False)

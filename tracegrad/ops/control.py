@@ -27,15 +27,15 @@ Three primitives, one row each:
 
 The op layer cannot import the tracer or the adjoint pass above it, so the
 three derivations that need them (trace a Python function into a Body,
-differentiate a Body, batch a Body) are hooks that ``tracegrad.trace``,
-``tracegrad.ir`` and ``tracegrad.batching`` install when they load.
+differentiate a Body, batch a Body) are hooks that ``tracegrad.frontend.trace``,
+``tracegrad.ir.graph`` and ``tracegrad.ir.batching`` install when they load.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from tracegrad.ops._define import _ops
-from tracegrad.primitives import Aval, bind, is_float, register, aval_of
+from tracegrad.ops.primitives import Aval, bind, is_float, register, aval_of
 
 __all__ = ["fori_loop", "scan", "while_loop", "cond", "switch", "checkpoint"]
 
@@ -56,7 +56,7 @@ class Body:
     """A traced subgraph: the body of a loop or a branch.
 
     ``nodes`` are the trace's records (op, inputs, attrs, aval, value), so
-    ``tracegrad.ir.from_trace`` turns a Body into a graph.  Two Bodies are
+    ``tracegrad.ir.graph.from_trace`` turns a Body into a graph.  Two Bodies are
     equal when their structure hashes are (ops, wiring, attributes, shapes,
     dtypes, constants, source lines): the hash is part of the node's
     attributes and so of the compile cache key."""
@@ -96,7 +96,7 @@ def _node_aval(n):
 
 def run_body(body, xp, args):
     """Evaluate ``body`` on concrete arrays with the primitives' impls."""
-    from tracegrad.primitives import get
+    from tracegrad.ops.primitives import get
     env = [None] * len(body.nodes)
     for nid, a in zip(body.inputs, args):
         env[nid] = a
@@ -117,7 +117,7 @@ def eval_body(body, args):
     """Evaluate ``body`` by binding each primitive: on tracers this inlines
     the body into the trace the values belong to; on Tensors it runs eagerly
     and records the tape."""
-    from tracegrad.primitives import get
+    from tracegrad.ops.primitives import get
     env = [None] * len(body.nodes)
     for nid, a in zip(body.inputs, args):
         env[nid] = a
@@ -149,7 +149,7 @@ def eval_body(body, args):
 
 def _trace(fn, avals, faces=None):
     if hooks.trace_body is None:
-        raise RuntimeError("tracegrad.trace is not loaded; import tracegrad first")
+        raise RuntimeError("tracegrad.frontend.trace is not loaded; import tracegrad first")
     return hooks.trace_body(fn, list(avals), faces)
 
 
@@ -157,7 +157,7 @@ def _need(name):
     h = getattr(hooks, name)
     if h is None:
         raise RuntimeError(f"control flow: the {name} derivation is installed by "
-                           f"tracegrad.ir / tracegrad.batching, which are not loaded; "
+                           f"tracegrad.ir.graph / tracegrad.ir.batching, which are not loaded; "
                            f"import tracegrad.api (tg.grad and friends load it) first")
     return h
 
@@ -493,7 +493,7 @@ _USER_NAMES = {"scan": "tg.fori_loop / tg.scan", "while": "tg.while_loop",
 
 def _no_emitter(what):
     """The emitter a one-expression generator meets: loops and branches are
-    printed by the generators themselves (``codegen.CONTROL_FLOW``: a Python
+    printed by the generators themselves (``targets.pysource.CONTROL_FLOW``: a Python
     loop over a function per body, on the host for every target), so
     reaching this is a generator that does not know them."""
     def emit(names, **attrs):

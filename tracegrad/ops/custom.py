@@ -12,8 +12,7 @@ already recorded, so nothing is computed twice.
 """
 from __future__ import annotations
 
-from tracegrad.code_deps import fingerprint
-from tracegrad.primitives import bind, register
+from tracegrad.ops.primitives import bind, register
 
 __all__ = []
 
@@ -140,16 +139,13 @@ custom_vjp_p = register(
         "the vjp is the user's backward, the jvp the user's jvp.")
 
 
-def _source_hash(fn):
-    """Part of the node's attributes, so an edited backward (or a helper it
+def trace_apply(fn, args, setup_ctx, source):
+    """``Function.apply`` on tracers (keyword arguments already bound to
+    positions): the forward's ops plus one custom_vjp node.  ``source``: a
+    hash of the code ``fn`` runs (the front end's ``code_deps.fingerprint``),
+    part of the node's attributes, so an edited backward (or a helper it
     calls, in any module) is never served stale generated code from the
     disk cache."""
-    return fingerprint(fn)
-
-
-def trace_apply(fn, args, setup_ctx):
-    """``Function.apply`` on tracers (keyword arguments already bound to
-    positions): the forward's ops plus one custom_vjp node."""
     tensor_pos, statics = [], []
     for i, a in enumerate(args):
         if hasattr(a, "_trace") or hasattr(a, "grad_fn") or hasattr(a, "__array_interface__"):
@@ -167,6 +163,6 @@ def trace_apply(fn, args, setup_ctx):
     multi = isinstance(out, tuple)
     outs = out if multi else (out,)
     res = bind(custom_vjp_p, *outs, *[args[p] for p in tensor_pos], fn=fn, n_out=len(outs),
-               statics=tuple(statics), tensor_pos=tuple(tensor_pos), source=_source_hash(fn),
+               statics=tuple(statics), tensor_pos=tuple(tensor_pos), source=source,
                setup_ctx=setup_ctx)
     return res if multi else res[0]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracegrad.primitives import Aval, bind, register
+from tracegrad.ops.primitives import Aval, bind, register
 
 __all__ = ["to_device"]
 

@@ -11,8 +11,8 @@ import math
 
 import numpy as np
 
-from tracegrad import runtime_numpy as _rt
-from tracegrad.primitives import Aval, bind, register
+from tracegrad.ops import runtime_numpy as _rt
+from tracegrad.ops.primitives import Aval, bind, register
 from tracegrad.ops._define import method, implements, numpy_copy
 from tracegrad.ops.base import (def_elementwise, zeros_rule, add, sub, mul, div, neg,
                                 reciprocal, exp, where, equal, greater, less,

@@ -39,8 +39,8 @@ import types
 
 import numpy as np
 
-from tracegrad import runtime_numpy as _rt
-from tracegrad.primitives import Aval, bind, register
+from tracegrad.ops import runtime_numpy as _rt
+from tracegrad.ops.primitives import Aval, bind, register
 from tracegrad.ops._define import method, implements, _ops, ArrayMethods, NUMPY_FUNCTIONS
 from tracegrad.ops.base import is_value, shape_of, shape_by_eval, zeros_like_value, where
 
@@ -637,7 +637,7 @@ def _indexable(v, memo):
 
 def _traced_function(f, memo):
     """A function the traced function names as a global or a closure
-    variable: handed once to ``memo["functions"].enter`` (tracegrad.trace
+    variable: handed once to ``memo["functions"].enter`` (tracegrad.frontend.trace
     passes the loop rewrite, which rewrites its loops in place until the
     call ends); the function itself is returned."""
     if id(f) not in memo:
@@ -740,7 +740,7 @@ def indexable_constants(fn, functions=None):
     ndarrays: pass those as arguments to index them by traced values.
     ``functions``: ``enter(f)`` is called once for each function ``fn``
     names as a global or closure variable, ``restore()`` when the call ends
-    (tracegrad.trace passes the loop rewrite's ``CalledFunctions``)."""
+    (tracegrad.frontend.trace passes the loop rewrite's ``CalledFunctions``)."""
     memo = {"functions": functions, "scopes": []}
     traced = _with_indexable(fn, memo)
     scopes = memo["scopes"]

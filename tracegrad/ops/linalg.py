@@ -17,7 +17,7 @@ import string
 
 import numpy as np
 
-from tracegrad.primitives import Aval, bind, register, broadcast_shapes, result_dtype
+from tracegrad.ops.primitives import Aval, bind, register, broadcast_shapes, result_dtype
 from tracegrad.ops._define import method, implements, norm_axes, _ops
 from tracegrad.ops.base import (add, sub, mul, neg, matmul, swapaxes, reshape, transpose,
                                 sum, where, equal, stop_gradient, astype,

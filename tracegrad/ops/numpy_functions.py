@@ -25,7 +25,7 @@ import string
 
 import numpy as np
 
-from tracegrad.primitives import Aval, bind, register
+from tracegrad.ops.primitives import Aval, bind, register
 from tracegrad.ops._define import implements, norm_axes, NUMPY_FUNCTIONS
 from tracegrad.ops.base import (add, sub, mul, div, neg, where, equal, astype, reshape,
                                 transpose, sum, broadcast_to, swapaxes, matmul, is_value,
@@ -36,8 +36,7 @@ from tracegrad.ops.reductions import amax, amin, prod, cumsum, cumprod, logsumex
 from tracegrad.ops.reductions import all as _all_op, any as _any_op
 from tracegrad.ops.shape import (concatenate, stack, split, moveaxis, expand_dims, ravel,
                                  atleast_3d, flip, sort, argsort)
-from tracegrad.ops.shape import pad as _pad_modes
-from tracegrad.ops.shape import pad_p
+from tracegrad.ops.shape import pad as _pad_modes, pad_p
 from tracegrad.ops.indexing import getitem, setitem, index_add, take
 from tracegrad.ops import linalg as _linalg
 

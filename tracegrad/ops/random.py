@@ -7,7 +7,7 @@ objective would silently optimise one fixed sample.  Instead:
 
 * While a function is traced, the draw functions of ``numpy.random`` are
   replaced by wrappers (``tracing_random_draws``, entered by
-  ``tracegrad.trace.trace_function``).  In the tracing thread a wrapper
+  ``tracegrad.frontend.trace.trace_function``).  In the tracing thread a wrapper
   records a ``random_draw`` node; in every other thread it calls NumPy's own
   function, so threads that are not tracing keep drawing for real.  The
   wrappers are removed when the last trace ends, also on errors.
@@ -43,8 +43,8 @@ import types
 
 import numpy as np
 
-from tracegrad import primitives
-from tracegrad.primitives import Aval, register
+from tracegrad.ops import primitives
+from tracegrad.ops.primitives import Aval, register
 from tracegrad.ops.base import broadcast_to
 
 __all__ = []

@@ -12,7 +12,7 @@ import collections
 
 import numpy as np
 
-from tracegrad.primitives import Aval, bind, register
+from tracegrad.ops.primitives import Aval, bind, register
 from tracegrad.ops._define import method, implements, axis_arg, norm_axes, _ops
 from tracegrad.ops.base import (add, sub, mul, div, log, exp, sum, where, equal, reshape,
                                 astype, stop_gradient, transpose, is_value,

@@ -12,7 +12,7 @@ import collections
 
 import numpy as np
 
-from tracegrad.primitives import Aval, bind, register, result_dtype
+from tracegrad.ops.primitives import Aval, bind, register, result_dtype
 from tracegrad.ops._define import method, implements, axis_arg, _ops
 from tracegrad.ops.base import (reshape, transpose, sub, neg, is_value, shape_of, shape_by_eval,
                                 zeros_like_value, astype, sum, broadcast_to)

@@ -24,7 +24,7 @@ SciPy stays optional):
   asking for one is an error here (autograd silently gives zero).
 
 Everything else in ``tracegrad.scipy`` is a composition of existing rows.
-The helpers are registered into ``tracegrad.runtime_numpy`` (codegen copies
+The helpers are registered into ``tracegrad.ops.runtime_numpy`` (codegen copies
 their source from there), so they are self-contained functions.
 """
 from __future__ import annotations
@@ -33,8 +33,8 @@ import math
 
 import numpy as np
 
-from tracegrad import runtime_numpy as _rt
-from tracegrad.primitives import bind, register
+from tracegrad.ops import runtime_numpy as _rt
+from tracegrad.ops.primitives import bind, register
 from tracegrad.ops.base import elementwise_shape, mul, exp, add, where, sub, log, neg, div
 from tracegrad.ops.elementwise import square, log1p, sign as _sign
 

@@ -1,0 +1,652 @@
+"""Python ``for i in range(...)`` loops of a traced function, rewritten into
+one scan node *before* they run, so tracing does not grow with the trip count.
+
+``tracegrad.frontend.trace.roll_loops`` rolls a loop after tracing has run every
+iteration: the graph stops growing, but the trace itself still costs about
+0.1 ms an iteration.  This module goes one step earlier, as TensorFlow's
+autograph does: it reads the function's source, and turns each loop
+
+    for i in range(a, b):        # the body assigns x, v (plain names only)
+        <body>
+
+into a nested function ``def body(i, x, v): <body>; return (x, v)`` and a
+call ``x, v, i = for_range(range, (a, b), body, ("x", "v"), "i")``.  At run
+time ``for_range`` runs the first ``PEELED`` iterations as written (they give
+the carried values their steady shapes and dtypes), then traces ``body``
+once on symbolic carries and binds a scan node for the rest.
+
+The rewrite must never change what is computed, so it is conservative:
+
+* Only loops over the builtin ``range`` with no ``else``, ``break``,
+  ``continue``, ``return``, ``yield``, ``del``, ``try``, ``with``, nested
+  ``for``/``while`` (other than loops rewritten themselves), nested
+  functions or lambdas, and whose statements are assignments to plain names
+  (``x = ...``, ``x += ...``, ``a, b = ...``), ``if`` on such statements and
+  ``pass``.  A statement that is only a call (``hist.append(x)``), an
+  assignment to an attribute or an item, ``global``/``nonlocal`` anywhere in
+  the function: the loop stays a Python loop (and may still be rolled after
+  tracing).
+* At run time the body is traced twice and both traces must be the same
+  graph reading the same values; carried values that are not arrays (Python
+  numbers, objects) must come out of an iteration unchanged; arrays keep
+  their shapes and dtypes.  Anything else, and any error while tracing the
+  body symbolically, raises ``RetraceAsWritten``, and the caller traces the
+  function again as the user wrote it (see ``tracegrad.frontend.trace.trace_function``).
+* Short loops (fewer than ``ROLL_MIN_STEPS`` iterations or ``ROLL_MIN_NODES``
+  recorded ops in all) run as written: unrolled, they compile fast and the
+  buffer planner reuses their arrays.
+
+``TRACEGRAD_ROLL=0`` turns the rewrite off with rolling; ``TRACEGRAD_EXPLAIN=1``
+names each rewritten loop (and each one traced as written, with the reason).
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import inspect
+import linecache
+import os
+import sys
+import textwrap
+import threading
+import types
+
+import numpy as np
+
+from tracegrad.ops import control
+
+ROLL_MIN_STEPS = 4      # fewer iterations stay unrolled
+ROLL_MIN_NODES = 256    # nor loops of fewer recorded ops in all
+PEELED = 2              # iterations run as written before the loop node
+
+_PREFIX = "__tg_"
+_RT = "__tg_rt"         # the local name under which rewritten code reaches this module
+
+
+class RetraceAsWritten(BaseException):
+    """A rewritten loop cannot stand for the user's loop: trace the function
+    again without the rewrite.  A BaseException, so that a user's ``except
+    Exception`` around the loop does not take it for an error of theirs."""
+
+
+class _Unbound:
+    """The value of a carried name that is not bound (yet)."""
+    __slots__ = ()
+
+    def __repr__(self):
+        return "<unbound>"
+
+
+UNBOUND = _Unbound()
+
+
+def enabled():
+    return os.environ.get("TRACEGRAD_ROLL", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def _explain(msg):
+    if os.environ.get("TRACEGRAD_EXPLAIN"):
+        print(f"tracegrad: {msg}", file=sys.stderr)
+
+
+# --- the source rewrite ----------------------------------------------------------------------
+
+_REFUSED_EXPRESSIONS = (ast.Lambda, ast.NamedExpr, ast.Yield, ast.YieldFrom, ast.Await)
+_SCOPE_READERS = {"locals", "vars", "eval", "exec", "globals", "dir", "super"}
+
+
+def _names_stored(stmts):
+    """Plain names the statements assign (not inside comprehensions or the
+    functions a rewrite generated)."""
+    out = []
+
+    def visit(node):
+        if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp,
+                             ast.FunctionDef, ast.Lambda)):
+            return
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            if not node.id.startswith(_PREFIX) and node.id not in out:
+                out.append(node.id)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+    for s in stmts:
+        visit(s)
+    return out
+
+
+def _names_loaded(node):
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)
+            and isinstance(n.ctx, ast.Load)}
+
+
+def _written_first(stmts, name, generated):
+    """Does every iteration assign ``name`` before reading it?  (Then the
+    value it enters an iteration with is never read.)"""
+    for s in stmts:
+        if id(s) in generated:      # a rewritten inner loop reads what it names
+            if name in {n.id for n in ast.walk(s) if isinstance(n, ast.Name)}:
+                return False
+            continue
+        if isinstance(s, ast.AugAssign):
+            reads = _names_loaded(s.value) | {s.target.id}
+        elif isinstance(s, (ast.Assign, ast.AnnAssign)):
+            reads = _names_loaded(s.value)
+        else:
+            reads = _names_loaded(s)
+        if name in reads:
+            return False
+        if isinstance(s, (ast.Assign, ast.AnnAssign)) and name in _names_stored([s]):
+            return True
+    return False
+
+
+def _plain_target(t):
+    if isinstance(t, ast.Name):
+        return True
+    if isinstance(t, (ast.Tuple, ast.List)):
+        return all(_plain_target(e) for e in t.elts)
+    return False
+
+
+_STATEMENT_WORDS = {
+    ast.Expr: "is a call made for its effect (such as list.append)",
+    ast.Break: "is a break", ast.Continue: "is a continue", ast.Return: "is a return",
+    ast.For: "is a loop kept as written", ast.While: "is a while loop",
+    ast.Try: "is a try statement", ast.With: "is a with statement", ast.Delete: "is a del",
+    ast.Raise: "raises", ast.Assert: "is an assert", ast.FunctionDef: "defines a function",
+    ast.ClassDef: "defines a class", ast.Import: "imports", ast.ImportFrom: "imports",
+}
+
+
+def _why_not(stmts, generated):
+    """None when every statement may be rewritten, else the reason."""
+    for s in stmts:
+        if id(s) in generated:
+            continue
+        if isinstance(s, ast.Assign):
+            if not all(_plain_target(t) for t in s.targets):
+                return f"line {s.lineno} assigns to an attribute or an item"
+            value = s.value
+        elif isinstance(s, (ast.AugAssign, ast.AnnAssign)):
+            if not isinstance(s.target, ast.Name) or s.value is None:
+                return f"line {s.lineno} assigns to an attribute or an item"
+            value = s.value
+        elif isinstance(s, ast.If):
+            why = _why_not(s.body, generated) or _why_not(s.orelse, generated)
+            if why:
+                return why
+            value = s.test
+        elif isinstance(s, ast.Pass):
+            continue
+        elif isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant):
+            continue
+        else:
+            return f"line {s.lineno} {_STATEMENT_WORDS.get(type(s), 'is a ' + type(s).__name__ + ' statement')}"
+        for node in ast.walk(value):
+            if isinstance(node, _REFUSED_EXPRESSIONS):
+                return f"line {s.lineno} has a {type(node).__name__}"
+            if isinstance(node, ast.Name) and node.id in _SCOPE_READERS:
+                return f"line {s.lineno} calls {node.id}()"
+    return None
+
+
+class _Rewriter(ast.NodeTransformer):
+    def __init__(self):
+        self.generated = set()   # ids of statements the rewrite wrote
+        self.count = 0
+        self.skipped = []        # (line, reason)
+
+    def visit_FunctionDef(self, node):
+        return node              # nested functions are other scopes: left alone
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+    visit_ClassDef = visit_FunctionDef
+    visit_Lambda = visit_FunctionDef
+
+    def visit_For(self, node):
+        self.generic_visit(node)     # inner loops first
+        why = self._why_not(node)
+        if why:
+            self.skipped.append((node.lineno, why))
+            return node
+        self.count += 1
+        var = node.target.id
+        carried = _names_stored(node.body)
+        index = var
+        if var in carried:    # the body assigns the loop variable (an inner loop over it)
+            index = f"{_PREFIX}index"
+        fname = f"{_PREFIX}body_{node.lineno}_{self.count}"
+        loc = dict(lineno=node.lineno, col_offset=node.col_offset,
+                   end_lineno=node.lineno, end_col_offset=node.col_offset)
+
+        def parse(src):
+            stmts = ast.parse(textwrap.dedent(src)).body
+            for s in stmts:
+                for n in ast.walk(s):
+                    if "lineno" in n._attributes:
+                        n.lineno, n.col_offset = loc["lineno"], loc["col_offset"]
+                        n.end_lineno, n.end_col_offset = loc["end_lineno"], loc["end_col_offset"]
+            return stmts
+
+        # An unbound name enters as UNBOUND and is unbound again inside, so
+        # reading it raises UnboundLocalError as in the loop as written.
+        prologue = parse("\n".join(f"if {n} is {_RT}.UNBOUND:\n    del {n}" for n in carried))
+        definite = set()
+        for s in node.body:
+            if isinstance(s, (ast.Assign, ast.AnnAssign, ast.AugAssign)) \
+                    and id(s) not in self.generated:
+                definite.update(_names_stored([s]))
+        if index != var:
+            definite.add(var)
+        epilogue = parse("\n".join(
+            f"try:\n    {_PREFIX}out_{n} = {n}\nexcept NameError:\n    {_PREFIX}out_{n} = {_RT}.UNBOUND"
+            for n in carried if n not in definite))
+        ret = "return (" + "".join(
+            (f"{n}, " if n in definite else f"{_PREFIX}out_{n}, ") for n in carried) + ")"
+        body_def = ast.FunctionDef(
+            name=fname,
+            args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=a) for a in [index] + carried],
+                               kwonlyargs=[], kw_defaults=[], defaults=[]),
+            body=prologue + (parse(f"{var} = {index}") if index != var else []) + node.body
+            + epilogue + parse(ret),
+            decorator_list=[], returns=None, type_comment=None, **loc)
+        _locate(body_def, loc)
+        targets = ", ".join(carried + [var if index == var else f"{_PREFIX}last"])
+        written_first = tuple(n == var or _written_first(node.body, n, self.generated)
+                              for n in carried)
+        call = parse(f"({targets},) = {_RT}.for_range(range, (), {fname}, {tuple(carried)!r}, "
+                     f"{written_first!r}, {var!r}, {node.lineno})")[0]
+        call.value.args[1] = ast.Tuple(elts=node.iter.args, ctx=ast.Load(), **loc)
+        unbind = parse("\n".join(f"if {n} is {_RT}.UNBOUND:\n    del {n}"
+                                 for n in carried + ([var] if index == var else [])))
+        out = [body_def, call] + unbind
+        for s in out:
+            self.generated.add(id(s))
+        return out
+
+    def _why_not(self, node):
+        if node.orelse:
+            return "it has an else clause"
+        if not isinstance(node.target, ast.Name):
+            return "its target is not a plain name"
+        it = node.iter
+        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name)
+                and it.func.id == "range" and not it.keywords and 1 <= len(it.args) <= 3
+                and not any(isinstance(a, ast.Starred) for a in it.args)):
+            return "it is not a loop over range(...)"
+        return _why_not(node.body, self.generated)
+
+
+def _locate(tree, loc):
+    """Give the nodes a rewrite built (they have no source position) ``loc``."""
+    for n in ast.walk(tree):
+        if "lineno" in n._attributes and getattr(n, "lineno", None) is None:
+            for k, v in loc.items():
+                setattr(n, k, v)
+
+
+def _function_refused(tree):
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.Global, ast.Nonlocal)):
+            return "it declares global or nonlocal names"
+        if isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await)):
+            return "it is a generator or a coroutine"
+    return None
+
+
+_MEMO = {}     # code object -> its rewritten code, or None
+
+
+def _rewritten_code(code):
+    if code in _MEMO:
+        return _MEMO[code]
+    if len(_MEMO) > 1024:
+        _MEMO.clear()
+    _MEMO[code] = result = _rewrite_code(code)
+    return result
+
+
+def _rewrite_code(code):
+    """The code of the function ``code`` with its loops rewritten, or None.
+
+    The whole source file is parsed and compiled again with the function
+    replaced, so the function is compiled exactly where it was (inside its
+    class or enclosing function, under the module's imports and
+    ``__future__`` flags), and the file compiled unchanged must give back
+    ``code`` itself: a file edited since it was imported is not rewritten."""
+    source = "".join(linecache.getlines(code.co_filename))
+    if not source:
+        return None
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    fdef = _find_def(tree, code)
+    if fdef is None or not any(isinstance(n, ast.For) for n in ast.walk(fdef)) \
+            or _function_refused(fdef):
+        return None
+    if not _same_code(_find_code(_compile_file(tree, source, code.co_filename), code), code):
+        _explain(f"kept the loops of {code.co_qualname} as written: its source file changed "
+                 f"since it was imported")
+        return None
+    rw = _Rewriter()
+    body = []
+    for s in fdef.body:
+        r = rw.visit(s)
+        body.extend(r if isinstance(r, list) else [r])
+    for line, why in rw.skipped:
+        _explain(f"kept the Python loop at {os.path.basename(code.co_filename)}:{line} "
+                 f"as written: {why}")
+    if not rw.count:
+        return None
+    # the rewritten code reaches this module through a local name
+    reach = ast.parse(f"import {__name__} as {_RT}").body[0]
+    _locate(reach, dict(lineno=fdef.lineno, col_offset=fdef.col_offset,
+                        end_lineno=fdef.lineno, end_col_offset=fdef.col_offset))
+    fdef.body = [reach] + body
+    ast.fix_missing_locations(tree)
+    try:
+        compiled = compile(tree, code.co_filename, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, TypeError):
+        return None
+    new = _find_code(compiled, code)
+    if new is None or not set(new.co_freevars) <= set(code.co_freevars):
+        return None
+    return _renamed_bodies(new, code.co_name, code.co_qualname)
+
+
+def _find_def(tree, code):
+    """The ``def`` statement of ``code`` in the parsed file."""
+    for n in ast.walk(tree):
+        if isinstance(n, ast.FunctionDef) and n.name == code.co_name:
+            first = min([n.lineno] + [d.lineno for d in n.decorator_list])
+            if first == code.co_firstlineno:
+                return n
+    return None
+
+
+def _find_code(module_code, code):
+    """The code object compiled for ``code``'s function in ``module_code``."""
+    stack = [module_code] if module_code is not None else []
+    while stack:
+        c = stack.pop()
+        if c.co_qualname == code.co_qualname and c.co_firstlineno == code.co_firstlineno:
+            return c
+        stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    return None
+
+
+_FILES = {}    # (file name, source) -> the file's code, compiled unchanged
+
+
+def _compile_file(tree, source, filename):
+    key = (filename, hash(source))
+    if key not in _FILES:
+        if len(_FILES) > 64:
+            _FILES.clear()
+        try:
+            _FILES[key] = compile(tree, filename, "exec", dont_inherit=True)
+        except (SyntaxError, ValueError, TypeError):
+            _FILES[key] = None
+    return _FILES[key]
+
+
+def _same_code(a, b):
+    """Do two code objects run the same instructions on the same constants?"""
+    if not isinstance(a, types.CodeType) or not isinstance(b, types.CodeType):
+        return False
+    if (a.co_code, a.co_names, a.co_varnames, a.co_freevars, a.co_cellvars) != \
+            (b.co_code, b.co_names, b.co_varnames, b.co_freevars, b.co_cellvars):
+        return False
+    if len(a.co_consts) != len(b.co_consts):
+        return False
+    for x, y in zip(a.co_consts, b.co_consts):
+        if isinstance(x, types.CodeType) or isinstance(y, types.CodeType):
+            if not _same_code(x, y):
+                return False
+        elif type(x) is not type(y) or repr(x) != repr(y):
+            return False
+    return True
+
+
+def _renamed_bodies(code, name, qualname):
+    """Loop bodies carry the user's function name (tracebacks, source
+    locations of the graph)."""
+    consts = tuple(_renamed_bodies(c, name, qualname) if isinstance(c, types.CodeType)
+                   and c.co_name.startswith(_PREFIX) else c for c in code.co_consts)
+    if code.co_name.startswith(_PREFIX):
+        return code.replace(co_consts=consts, co_name=name, co_qualname=qualname)
+    return code.replace(co_consts=consts, co_qualname=qualname)
+
+
+def _may_rewrite(code):
+    """The cheap tests first: most functions have no loop over ``range``."""
+    return "range" in code.co_names and not code.co_flags & (
+        inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR)
+
+
+def rewrite(fn):
+    """``fn`` with its ``for ... in range(...)`` loops rewritten into scan
+    nodes, or None when there is nothing to rewrite (or no source to read)."""
+    if not enabled():
+        return None
+    if isinstance(fn, types.MethodType):
+        f = rewrite(fn.__func__)
+        return None if f is None else types.MethodType(f, fn.__self__)
+    if not isinstance(fn, types.FunctionType):
+        return None
+    code = fn.__code__
+    if not _may_rewrite(code):
+        return None
+    new = _rewritten_code(code)
+    if new is None:
+        return None
+    cells = dict(zip(code.co_freevars, fn.__closure__ or ()))
+    g = types.FunctionType(new, fn.__globals__, fn.__name__, fn.__defaults__,
+                           tuple(cells[v] for v in new.co_freevars))
+    g.__kwdefaults__ = fn.__kwdefaults__
+    g.__qualname__, g.__module__, g.__doc__ = fn.__qualname__, fn.__module__, fn.__doc__
+    g.__dict__.update(fn.__dict__)
+    return g
+
+
+_LIBRARY_DIRS = None
+
+
+def _library_code(code):
+    """Is ``code`` from Python's own library, an installed package or
+    tracegrad?  (Their loops are not the user's to rewrite.)"""
+    global _LIBRARY_DIRS
+    if _LIBRARY_DIRS is None:
+        import sysconfig
+        paths = sysconfig.get_paths()
+        _LIBRARY_DIRS = tuple({os.path.realpath(paths[k]) + os.sep
+                               for k in ("stdlib", "platstdlib", "purelib", "platlib")
+                               if paths.get(k)}
+                              | {os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep})
+    name = code.co_filename
+    return name.startswith("<") or os.path.realpath(name).startswith(_LIBRARY_DIRS)
+
+
+class CalledFunctions:
+    """The loops of the user's functions that the compiled function calls
+    (by a global or closure name) are rewritten in place while it is traced:
+    the function object keeps its identity (``method is rk4`` still holds,
+    dictionaries keyed by it still find it) and runs the rewritten code until
+    ``restore()``.  Only the user's own code (not the standard library,
+    installed packages or tracegrad), and only with a loop over ``range``.
+    The rewritten code means the same wherever it runs, so another thread
+    calling the function meanwhile gets the same results."""
+    _lock = threading.Lock()
+    _swapped = {}       # function -> [its own code, how many traces use the rewrite]
+
+    def __init__(self):
+        self.mine = []
+
+    def enter(self, fn):
+        """Make ``fn`` run its rewritten code (if it has any) until restore()."""
+        if type(fn) is not types.FunctionType or not _may_rewrite(fn.__code__) \
+                or not enabled():
+            return
+        code = fn.__code__
+        with self._lock:
+            entry = self._swapped.get(fn)
+            if entry is None:
+                if _library_code(code):
+                    return
+                new = _rewritten_code(code)
+                if new is None or new.co_freevars != code.co_freevars:
+                    return
+                entry = self._swapped[fn] = [code, 0]
+                fn.__code__ = new
+            entry[1] += 1
+        self.mine.append(fn)
+
+    def restore(self):
+        with self._lock:
+            for fn in reversed(self.mine):
+                entry = self._swapped[fn]
+                entry[1] -= 1
+                if entry[1] == 0:
+                    fn.__code__ = entry[0]
+                    del self._swapped[fn]
+        self.mine = []
+
+
+# --- the loop at run time ----------------------------------------------------------------------
+
+def _run_as_written(r, body, carry, last=UNBOUND):
+    """The loop as written; (carried values..., the loop variable's last value)."""
+    for last in r:
+        carry = body(last, *carry)
+    return carry + (last,)
+
+
+def _is_tracer(x):
+    return hasattr(x, "_trace")
+
+
+def _same_python_value(a, b):
+    if a is b:
+        return True
+    if type(a) is not type(b) or not isinstance(a, (bool, int, float, complex, str, bytes)):
+        return False
+    return a == b
+
+
+def loop_checkpoint():
+    """``checkpoint=`` for the loops rewritten from Python source, from
+    ``TRACEGRAD_LOOP_CHECKPOINT``: unset (every carry stored), ``true``
+    (every ceil(sqrt(n))-th), an integer k, or a memory budget such as
+    ``50MB`` (the values ``tg.fori_loop`` takes)."""
+    v = (os.environ.get("TRACEGRAD_LOOP_CHECKPOINT") or "").strip()
+    if not v:
+        return None
+    if v.lower() in ("true", "yes", "on"):
+        return True
+    if v.isdigit():
+        return int(v)
+    return v
+
+
+def for_range(range_fn, args, body, names, written_first, var, line):
+    """Run ``for var in range_fn(*args): names = body(var, *names)``; returns
+    the carried values and the loop variable, as a loop node when it pays.
+    ``written_first[k]``: the body assigns ``names[k]`` before reading it, so
+    the loop node need not carry it (the last iteration, run as written,
+    gives its final value)."""
+    caller = sys._getframe(1)
+    f_locals = caller.f_locals
+    init = tuple(f_locals.get(n, UNBOUND) for n in names)
+    var_before = f_locals.get(var, UNBOUND)
+    r = range_fn(*args)
+    if range_fn is not builtins.range or len(r) < max(ROLL_MIN_STEPS, PEELED + 2):
+        return _run_as_written(r, body, init, var_before)   # (a user's `range`: any iterable)
+    where = f"{os.path.basename(caller.f_code.co_filename)}:{line}"
+    carry = _run_as_written(r[:PEELED - 1], body, init)[:-1]
+    # the last peeled iteration measures how many ops one iteration records
+    traces = {id(t): t for t in (getattr(c, "_trace", None) for c in carry) if t is not None}
+    before = {k: len(t.nodes) for k, t in traces.items()}
+    carry = body(r[PEELED - 1], *carry)
+    traces.update({id(t): t for t in (getattr(c, "_trace", None) for c in carry)
+                   if t is not None})
+    per_step = sum(len(t.nodes) - before.get(k, 0) for k, t in traces.items())
+    rest = r[PEELED:-1]     # the last iteration runs as written too
+    if not traces or per_step * len(r) < ROLL_MIN_NODES:
+        # nothing traced flows through the loop (it computes constants), or it is small
+        return _run_as_written(r[PEELED:], body, carry)
+    traced_at = [k for k, c in enumerate(carry) if not written_first[k] and (
+        _is_tracer(c) or type(c) is np.ndarray or isinstance(c, np.generic))]
+    fixed = {k: c for k, c in enumerate(carry) if k not in set(traced_at) and not written_first[k]}
+    step = rest.step
+
+    def scan_step(i, c, _x):
+        if step != 1:
+            i = rest.start + i * step
+        full = list(carry)      # the written-first values are not read
+        for k, v in zip(traced_at, c):
+            full[k] = v
+        for k, v in fixed.items():
+            full[k] = v
+        out = body(i, *full)
+        for k, v in fixed.items():
+            if not _same_python_value(v, out[k]):
+                raise RetraceAsWritten(f"'{names[k]}' ({type(v).__name__}) changes from one "
+                                       f"iteration to the next and is not an array")
+        outs = [out[k] for k in traced_at]
+        for k, v, o in zip(traced_at, c, outs):
+            a = getattr(o, "aval", None) if _is_tracer(o) else (
+                np.asarray(o) if isinstance(o, (np.ndarray, np.generic)) else None)
+            if a is None or tuple(a.shape) != tuple(v.aval.shape) or a.dtype != v.aval.dtype:
+                raise RetraceAsWritten(f"'{names[k]}' changes its type, shape or dtype")
+        # NumPy's meaning of `x += ...` is an update of the array every name
+        # bound to it sees: a carry that comes out as the object it went in
+        # as is updated in place after the loop too (a NumPy array that is
+        # not traced cannot be)
+        in_place[:] = [o is v for v, o in zip(c, outs)]
+        if any(f and not _is_tracer(carry[k]) for k, f in zip(traced_at, in_place)):
+            raise RetraceAsWritten("a NumPy array is updated in place")
+        if len({id(o) for o in outs}) != len(outs):
+            raise RetraceAsWritten("two carried names are bound to one array")
+        return tuple(outs), None
+
+    in_place = []
+
+    init_traced = tuple(carry[k] for k in traced_at)
+    checkpoint = loop_checkpoint()
+    if checkpoint is not None:     # a bad value, or a budget too small, is said here
+        control._checkpoint_every(checkpoint, len(rest), sum(
+            int(np.prod(np.shape(c))) * np.dtype(c.dtype).itemsize for c in init_traced))
+    # the index is a Python int in the loop as written: in torch code, a
+    # torch value (a 0-d integer tensor promotes as a Python int does there)
+    faces = {getattr(c, "_face", "numpy") for c in init_traced if _is_tracer(c)}
+    face = "torch" if faces == {"torch"} else "numpy"
+    # A scan node may pass an operand through, so tracing marks its operands
+    # and results as sharing memory; the loop as written shares none (an
+    # in-place update is replayed below), so those marks are dropped.
+    view_marks = {k: dict(t._aliased) for k, t in traces.items()}
+    try:
+        out, _ = control._scan_core(scan_step, init_traced, None, len(rest),
+                                    rest.start if step == 1 else 0, False, "for loop",
+                                    checkpoint=checkpoint, verify=True, index_face=face)
+    except RetraceAsWritten as e:
+        _explain(f"traced the Python loop at {where} as written: {e}")
+        raise
+    except control.BodyNotRepeatable as e:
+        _explain(f"traced the Python loop at {where} as written: {str(e).split(': ', 1)[1]}")
+        raise RetraceAsWritten("the body is not repeatable") from None
+    except Exception as e:   # noqa: BLE001 -- the loop as written says what went wrong
+        _explain(f"traced the Python loop at {where} as written: its body cannot be traced "
+                 f"once for all iterations ({type(e).__name__}: {e})")
+        raise RetraceAsWritten(str(e)) from e
+    _explain(f"rewrote the Python loop at {where} into one scan node: {len(rest)} iterations "
+             f"(the first {PEELED} and the last traced as written)")
+    for k, t in traces.items():
+        t._aliased = view_marks[k]
+    result = list(carry)
+    for k, v, f in zip(traced_at, out, in_place):
+        if f:   # as Tracer._assign does (the peeled iterations checked it for views)
+            carry[k].id = v.id
+            v = carry[k]
+        result[k] = v
+    return body(r[-1], *result) + (r[-1],)

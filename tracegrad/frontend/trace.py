@@ -1,0 +1,937 @@
+"""The trace interpreter: run user code on symbolic values and record a graph.
+
+A ``Tracer`` stands for an array of known shape and dtype.  Every op on it
+(NumPy ufuncs and functions, operators, Tensor methods) binds a primitive,
+and ``Trace.bind`` appends a node instead of computing.  Nodes are
+hash-consed: the same op on the same operands with the same attributes is
+one node, which is common-subexpression elimination for free and gives a
+stable structural hash for the compile cache.
+
+This module stays light (no networkx, no Jinja2): a warm-cache call traces
+to compute its key and then runs code from disk.
+"""
+from __future__ import annotations
+
+import hashlib
+import operator
+import os
+import sys
+import weakref
+
+import numpy as np
+
+from tracegrad.frontend import loop_rewrite
+from tracegrad.ops import primitives
+from tracegrad.ops._define import ArrayMethods
+from tracegrad.ops.primitives import Aval
+
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # tracegrad/
+
+
+class TraceError(TypeError):
+    """A traced value was used where a concrete value is needed (Python
+    control flow, conversion to a Python number or NumPy array)."""
+
+
+_INTERNAL_CODE = {}    # code object -> is it tracegrad's (or the interpreter's)?
+
+
+def _user_frame():
+    """(file, line, function) of the innermost frame outside tracegrad."""
+    f = sys._getframe(2)
+    while f is not None:
+        code = f.f_code
+        internal = _INTERNAL_CODE.get(code)
+        if internal is None:     # once per code object: every op asks
+            if len(_INTERNAL_CODE) > 4096:
+                _INTERNAL_CODE.clear()
+            fn = code.co_filename
+            internal = _INTERNAL_CODE[code] = fn.startswith(_PKG_DIR) or "<frozen" in fn \
+                or fn.startswith("<__array_function__")
+        if not internal:
+            return (code.co_filename, f.f_lineno, code.co_name)
+        f = f.f_back
+    return None
+
+
+def _source_line(loc):
+    if not loc:
+        return ""
+    import linecache
+    return linecache.getline(loc[0], loc[1]).strip()
+
+
+class Node:
+    """One recorded value: an input, a constant, or a primitive application."""
+    __slots__ = ("id", "op", "inputs", "attrs", "aval", "loc", "value", "name")
+
+    def __init__(self, id, op, inputs, attrs, aval, loc, value=None, name=None):
+        self.id = id
+        self.op = op            # primitive name, "input", "const" or "proj"
+        self.inputs = inputs    # tuple of node ids
+        self.attrs = attrs      # dict of static parameters
+        self.aval = aval        # Aval, or tuple of Avals for multi-output ops
+        self.loc = loc          # (file, line, function) in user code
+        self.value = value      # the constant, for op == "const"
+        self.name = name        # the argument name, for op == "input"
+
+
+class Tracer(ArrayMethods):
+    """A symbolic array inside a trace.  Its face ("numpy" or "torch") is the
+    dialect of the argument it stands for, or of the first traced operand
+    of the op that made it; names whose meaning differs follow it."""
+    __slots__ = ("_trace", "id", "shape", "dtype", "_face", "__weakref__")
+
+    def __init__(self, trace, id, aval, face="numpy"):
+        self._trace = trace
+        self.id = id
+        self.shape = aval.shape
+        self.dtype = aval.dtype
+        self._face = face
+
+    @property
+    def aval(self):
+        return Aval(self.shape, self.dtype)
+
+    @property
+    def requires_grad(self):
+        return False
+
+    @property
+    def device(self):
+        from tracegrad.eager.tensor import device
+        return device("cuda" if self._trace.backend == "cupy" else "cpu")
+
+    def __repr__(self):
+        return f"Tracer<{self.dtype}{list(self.shape)}, node {self.id}>"
+
+    def _concrete_error(self, what):
+        loc = _user_frame()
+        where = f"{loc[0]}, line {loc[1]}, in {loc[2]}" if loc else "your function"
+        src = _source_line(loc)
+        deps = self._trace.input_names_behind(self.id)
+        origin = ""
+        if deps:
+            origin = (" It depends on the argument" + ("s " if len(deps) > 1 else " ")
+                      + ", ".join(f"'{d}'" for d in deps) + ".")
+        raise TraceError(
+            f"{what} of a traced value at {where}"
+            + (f":\n    {src}\n" if src else ". ")
+            + f"While tracegrad traces a function, arrays are symbolic "
+            f"({self.dtype}{list(self.shape)}): their values are not known, only shapes and "
+            f"dtypes.{origin} Python control flow may depend on shapes and static values, "
+            f"not on array values. Remedies: mark the argument static with "
+            f"static_argnums=/static_argnames= (it is then part of the cache key), "
+            f"express the choice as data with np.where(cond, a, b) / np.maximum / np.clip, "
+            f"or differentiate without compiling: tg.grad(f, compile=False) runs f eagerly "
+            f"on values that record the tape, so its control flow may depend on values.")
+
+    def __bool__(self):
+        self._concrete_error("Python truth value (if/while/and/or/not) requested")
+
+    def __float__(self):
+        self._concrete_error("float() requested")
+
+    def __int__(self):
+        self._concrete_error("int() requested")
+
+    def __index__(self):
+        self._concrete_error("use as an index or int requested (indexing or slicing by a "
+                             "traced integer works on traced arrays and on NumPy arrays the "
+                             "function names as globals, closure variables or defaults; pass "
+                             "any other array as an argument)")
+
+    def _misuse(self, what, advice):
+        """Raise TraceError for a traced value an op cannot take (op modules,
+        which cannot import this one, call it): what, where, what to do."""
+        loc = _user_frame()
+        where = f"{loc[0]}, line {loc[1]}, in {loc[2]}" if loc else "your function"
+        src = _source_line(loc)
+        raise TraceError(f"{what} at {where}" + (f":\n    {src}\n" if src else ". ") + advice)
+
+    def item(self):
+        self._concrete_error(".item() requested")
+
+    def tolist(self):
+        self._concrete_error(".tolist() requested")
+
+    def numpy(self):
+        self._concrete_error(".numpy() requested")
+
+    def __array__(self, dtype=None, copy=None):
+        self._concrete_error("conversion to a NumPy array (np.asarray/np.array/float "
+                             "indexing) requested; drop the conversion, a traced value "
+                             "already acts as an array (a NumPy array indexed by a traced "
+                             "index array must be one the function names as a global, closure "
+                             "variable or default, or an argument),")
+
+    def __iter__(self):
+        if not self.shape:
+            raise TypeError("iteration over a 0-d array")
+        return (self[i] for i in range(self.shape[0]))
+
+    def __setitem__(self, idx, value):
+        loc = _user_frame()
+        where = f"{loc[0]}, line {loc[1]}" if loc else "your function"
+        src = _source_line(loc)
+        raise TraceError(
+            f"item assignment on a traced value at {where}"
+            + (f":\n    {src}\n" if src else ". ")
+            + "Compiled code has no in-place updates of arrays it computes. Write "
+            "y = tg.setitem(y, index, value) (a copy of y with y[index] = value, "
+            "differentiable in y and value), or np.where(mask, value, y).")
+
+    def detach(self):
+        from tracegrad.ops import stop_gradient
+        return stop_gradient(self)
+
+    def astype(self, dtype, order="K", casting="unsafe", subok=True, copy=True):
+        from tracegrad.ops import astype
+        if not copy and np.dtype(dtype) == self.dtype:
+            return self   # NumPy returns the array itself: the same value, aliased
+        return astype(self, dtype)
+
+    def _copy(self):
+        """NumPy's copy: the same (immutable) node as another array object,
+        which in-place updates and views of the original do not reach."""
+        return Tracer(self._trace, self.id, self.aval, self._face)
+
+    # In-place arithmetic updates the value every name bound to it sees, as
+    # NumPy does (b = a; b += 1 changes a).  A view shares memory with its
+    # base, which compiled code cannot write through: that is an error.
+    def _inplace(self, op, other, symbol):
+        r = getattr(operator, op)(self, other)   # what `self <op> other` computes
+        if r.shape != self.shape:
+            raise ValueError(f"non-broadcastable output operand with shape {self.shape} "
+                             f"doesn't match the broadcast shape {r.shape} (in-place '{symbol}')")
+        if r.dtype != self.dtype:
+            if not np.can_cast(r.dtype, self.dtype, "same_kind"):
+                raise TypeError(f"Cannot cast the '{symbol[:-1]}' output from {r.dtype!r} to "
+                                f"{self.dtype!r} with casting rule 'same_kind' (in-place "
+                                f"'{symbol}')")
+            r = r.astype(self.dtype)
+        return self._assign(r, f"in-place '{symbol}'", f"b = b {symbol[:-1]} value")
+
+    def _assign(self, value, what, instead):
+        """Make this value ``value`` for every name bound to it (NumPy's
+        in-place update); refused where NumPy would write through a view."""
+        T = self._trace
+        if T.shares_memory(self):
+            loc = _user_frame()
+            where = f"{loc[0]}, line {loc[1]}" if loc else "your function"
+            src = _source_line(loc)
+            raise TraceError(
+                f"{what} on a traced value that shares memory with another (a view such "
+                f"as a[1:], a.T or a.reshape(...), or an array a view was taken of) at "
+                f"{where}" + (f":\n    {src}\n" if src else ". ")
+                + f"In NumPy the update would write through to the other array; compiled "
+                f"code has no shared memory. Write {instead} to make a new array, copy "
+                f"first (b = a[1:].copy()), or update with tg.setitem(a, index, value).")
+        self.id = value.id
+        return self
+
+    def __iadd__(self, other):
+        return self._inplace("add", other, "+=")
+
+    def __isub__(self, other):
+        return self._inplace("sub", other, "-=")
+
+    def __imul__(self, other):
+        return self._inplace("mul", other, "*=")
+
+    def __itruediv__(self, other):
+        return self._inplace("truediv", other, "/=")
+
+    def __ifloordiv__(self, other):
+        return self._inplace("floordiv", other, "//=")
+
+    def __imod__(self, other):
+        return self._inplace("mod", other, "%=")
+
+    def __ipow__(self, other):
+        return self._inplace("pow", other, "**=")
+
+    def to(self, *args, **kwargs):
+        dtype = kwargs.get("dtype")
+        for a in args:
+            if not isinstance(a, str):
+                dtype = a
+        return self if dtype is None else self.astype(dtype)
+
+    def float(self):
+        return self.astype(np.float32)
+
+    def double(self):
+        return self.astype(np.float64)
+
+    def clone(self):
+        from tracegrad.ops import clone
+        return clone(self)
+
+    def contiguous(self):
+        return self
+
+    def copy(self):
+        return self.clone()
+
+    @property
+    def size_(self):
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def itemsize(self):
+        return self.dtype.itemsize
+
+
+def _attr_key(attrs):
+    return tuple(sorted(attrs.items()))
+
+
+_LEVELS = [0]
+
+
+class Trace:
+    """The graph being recorded, as plain lists (converted to networkx by ir).
+
+    ``level`` orders traces by creation: a loop body is traced inside the
+    trace that encloses it, so the newest trace among an op's operands is the
+    innermost one, and the op is recorded there.  A body trace (``is_body``)
+    turns a value of an enclosing trace that its code reads (a closure
+    variable) into an extra input, and remembers the outer value in
+    ``captured``: the loop node takes it as an operand."""
+
+    def __init__(self, backend="numpy", is_body=False):
+        _LEVELS[0] += 1
+        self.level = _LEVELS[0]
+        self.is_body = is_body
+        self.captured = []
+        self._captures = {}
+        self.nodes: list[Node] = []
+        self.inputs: list[int] = []
+        self.outputs: list[int] = []
+        self.backend = backend
+        self._cse = {}
+        # values that share memory with another in NumPy's meaning (views and
+        # the arrays they were taken of), by object as NumPy's arrays are:
+        # in-place updates of them are refused.  id -> weak reference.
+        self._aliased = {}
+        self._consts = {}
+        # While a transform applies a node's rule, the nodes it records are
+        # attributed to that node's source line: (loc, "backward of %3 mul").
+        self.loc_override = None
+
+    # --- building -----------------------------------------------------------------
+    def _add(self, op, inputs, attrs, aval, loc=None, value=None, name=None):
+        n = Node(len(self.nodes), op, inputs, attrs, aval, loc, value, name)
+        self.nodes.append(n)
+        return n
+
+    def new_input(self, aval, name, face="numpy"):
+        n = self._add("input", (), {"index": len(self.inputs)}, aval, name=name)
+        self.inputs.append(n.id)
+        return Tracer(self, n.id, aval, face)
+
+    def const(self, value):
+        """Node id of a constant (deduplicated by content)."""
+        if isinstance(value, (bool, int, float, complex)) and not isinstance(value, np.generic):
+            key = (type(value).__name__, repr(value))
+            aval = value
+        else:
+            arr = np.asarray(value)
+            if arr.dtype == object:
+                raise TypeError(f"cannot use a value of type {type(value).__name__} in a traced "
+                                f"computation; pass arrays or numbers")
+            key = (arr.dtype.str, arr.shape, hashlib.sha1(np.ascontiguousarray(arr).tobytes()).hexdigest())
+            value = arr
+            aval = Aval(arr.shape, arr.dtype)
+        nid = self._consts.get(key)
+        if nid is None:
+            nid = self._add("const", (), {}, aval, value=value).id
+            self._consts[key] = nid
+        return nid
+
+    def operand(self, a):
+        if isinstance(a, Tracer):
+            if a._trace is not self and self.is_body and a._trace.level < self.level:
+                return self._capture(a)
+            if a._trace is not self:
+                raise TraceError("a value from one trace was used inside another (a tracer "
+                                 "leaked out of a traced function, e.g. stored in a global); "
+                                 "return it instead")
+            return a.id
+        if hasattr(a, "grad_fn"):  # an eager Tensor captured by the traced code
+            if self.is_body and a.requires_grad:
+                from tracegrad.ops.control import _Eager
+                raise _Eager()
+            return self.const(a._data)
+        if isinstance(a, np.generic):
+            return self.const(np.asarray(a))
+        if type(a).__module__.startswith("cupy"):
+            return self.const(a.get())
+        return self.const(a)
+
+    def _capture(self, a):
+        """An enclosing trace's value read by a body: an input of the body."""
+        nid = self._captures.get((id(a._trace), a.id))
+        if nid is None:
+            t = self.new_input(a.aval, f"captured_{len(self.captured)}", a._face)
+            nid = t.id
+            self._captures[(id(a._trace), a.id)] = nid
+            self.captured.append(a._copy())
+        return nid
+
+    def bind(self, prim, args, attrs):
+        ids = tuple(self.operand(a) for a in args)
+        face = next((a._face for a in args if type(a) is Tracer), "numpy")
+        key = (prim.name, ids, _attr_key(attrs))
+        hit = self._cse.get(key)
+        if hit is not None:
+            # a fresh Tracer: an in-place update of one result must not
+            # change another name's (a = sin(x); b = sin(x); b += 1)
+            if type(hit) is int:
+                result = Tracer(self, hit, self.nodes[hit].aval, face)
+            else:
+                result = tuple(Tracer(self, i, self.nodes[i].aval, face) for i in hit)
+            return self._note_views(prim, args, result)
+        in_avals = [self.nodes[i].aval for i in ids]
+        try:
+            aval = (prim.shape or _shape_by_eval(prim))(*in_avals, **attrs)
+        except TraceError:
+            raise
+        except Exception as e:
+            loc = _user_frame()
+            where = f" at {loc[0]}, line {loc[1]}" if loc else ""
+            shapes = ", ".join(f"{a.dtype}{list(a.shape)}" if isinstance(a, Aval) else repr(a)
+                               for a in in_avals)
+            raise type(e)(f"{prim.name}({shapes}) fails while tracing{where}: {e}") from e
+        loc = self.loc_override or _user_frame()
+        node = self._add(prim.name, ids, dict(attrs), aval, loc)
+        n_out = prim.num_outputs(attrs)
+        if prim.n_out == 1:  # a callable n_out always gives a tuple, as in eager mode
+            if isinstance(aval, tuple) and not isinstance(aval, Aval):
+                aval = aval[0]
+                node.aval = aval
+            result = Tracer(self, node.id, aval, face)
+            self._cse[key] = node.id
+        else:
+            outs = []
+            for i in range(n_out):
+                p = self._add("proj", (node.id,), {"index": i}, aval[i], loc)
+                outs.append(Tracer(self, p.id, aval[i], face))
+            result = tuple(outs)
+            self._cse[key] = tuple(o.id for o in outs)
+        return self._note_views(prim, args, result)
+
+    def _note_views(self, prim, args, result):
+        """A view's result and its operands share memory from now on."""
+        if prim.aliases_operands:
+            for v in (*args, *(result if type(result) is tuple else (result,))):
+                if type(v) is Tracer:
+                    self._aliased[id(v)] = weakref.ref(v)
+        return result
+
+    def shares_memory(self, value):
+        """Is this traced value a view, or one a view was taken of?"""
+        ref = self._aliased.get(id(value))
+        return ref is not None and ref() is value
+
+    # --- reading --------------------------------------------------------------------
+    def input_names_behind(self, nid):
+        """Names of the inputs a node depends on (for error messages)."""
+        seen, stack, names = set(), [nid], []
+        while stack:
+            n = self.nodes[stack.pop()]
+            if n.id in seen:
+                continue
+            seen.add(n.id)
+            if n.op == "input":
+                names.append(n.name)
+            stack.extend(n.inputs)
+        return sorted(names)
+
+    def structure_hash(self) -> str:
+        """A hash of everything that determines the generated code: ops,
+        wiring, attributes, shapes, dtypes, constants and source locations."""
+        memo = getattr(self, "_hash", None)
+        if memo is not None and memo[0] == (len(self.nodes), tuple(self.outputs)):
+            return memo[1]
+        h = hashlib.sha256()
+        for n in self.nodes:
+            parts = [n.op, repr(n.inputs), repr(_attr_key(n.attrs)), repr(n.aval)]
+            if n.op == "const":
+                v = n.value
+                parts.append(hashlib.sha1(np.ascontiguousarray(v).tobytes()).hexdigest()
+                             if isinstance(v, np.ndarray) else repr(v))
+            if n.loc:
+                parts.append(f"{os.path.basename(n.loc[0])}:{n.loc[1]}")
+            h.update("|".join(parts).encode())
+            h.update(b"\n")
+        h.update(repr(self.outputs).encode())
+        self._hash = ((len(self.nodes), tuple(self.outputs)), h.hexdigest())
+        return self._hash[1]
+
+
+def _shape_by_eval(prim):
+    from tracegrad.ops.base import shape_by_eval
+    return shape_by_eval(prim.impl)
+
+
+def _trace_bind(prim, args, attrs):
+    # the innermost (newest) trace among the operands records the op
+    best = None
+    for a in args:
+        t = getattr(a, "_trace", None)
+        if t is not None and (best is None or t.level > best.level):
+            best = t
+    return best.bind(prim, args, attrs)
+
+
+primitives._trace_bind = _trace_bind
+primitives._tracer_type = Tracer
+
+
+def _install_function_tracing():
+    """Custom autograd.Functions met while tracing become custom_vjp nodes."""
+    from tracegrad.eager import function
+    from tracegrad.frontend.code_deps import fingerprint
+    from tracegrad.ops.custom import trace_apply
+
+    def apply_traced(fn, args, setup_ctx):
+        return trace_apply(fn, args, setup_ctx, source=fingerprint(fn))
+
+    function._trace_apply = apply_traced
+
+
+_install_function_tracing()
+
+
+# --- pytrees: tuples, lists, dicts and None around array leaves ------------------------
+
+def tree_flatten(x):
+    """(leaves, treedef); treedef is hashable and rebuilds the structure."""
+    leaves = []
+
+    def rec(v):
+        if isinstance(v, tuple) and not hasattr(v, "_fields"):
+            return ("tuple", tuple(rec(e) for e in v))
+        if isinstance(v, tuple):  # namedtuple
+            return ("namedtuple", type(v), tuple(rec(e) for e in v))
+        if isinstance(v, list):
+            return ("list", tuple(rec(e) for e in v))
+        if isinstance(v, dict):
+            keys = sorted(v)
+            return ("dict", tuple(keys), tuple(rec(v[k]) for k in keys))
+        if v is None:
+            return ("none",)
+        leaves.append(v)
+        return ("leaf",)
+
+    return leaves, rec(x)
+
+
+def tree_unflatten(treedef, leaves):
+    it = iter(leaves)
+
+    def rec(d):
+        kind = d[0]
+        if kind == "leaf":
+            return next(it)
+        if kind == "none":
+            return None
+        if kind == "tuple":
+            return tuple(rec(e) for e in d[1])
+        if kind == "namedtuple":
+            return d[1](*[rec(e) for e in d[2]])
+        if kind == "list":
+            return [rec(e) for e in d[1]]
+        if kind == "dict":
+            return {k: rec(e) for k, e in zip(d[1], d[2])}
+        raise ValueError(kind)
+
+    return rec(treedef)
+
+
+def leaf_paths(treedef, prefix):
+    """Readable identifier names for each leaf: w, params_0, params_bias."""
+    names = []
+
+    def rec(d, path):
+        kind = d[0]
+        if kind == "leaf":
+            names.append(path)
+        elif kind in ("tuple", "list"):
+            for i, e in enumerate(d[1]):
+                rec(e, f"{path}_{i}")
+        elif kind == "namedtuple":
+            for f, e in zip(d[1]._fields, d[2]):
+                rec(e, f"{path}_{f}")
+        elif kind == "dict":
+            for k, e in zip(d[1], d[2]):
+                rec(e, f"{path}_{k}")
+
+    rec(treedef, prefix)
+    return names
+
+
+def trace_function(fn, leaves_avals, rebuild_args, names, backend="numpy", faces=None):
+    """Trace ``fn`` on symbolic inputs.
+
+    leaves_avals: Aval per dynamic leaf; faces: the dialect of each ("numpy"
+    for ndarrays and numbers, "torch" for Tensors; all "numpy" by default);
+    rebuild_args(tracers) -> (args, kwargs).  Returns (trace, out_treedef).
+
+    The ``for ... in range(...)`` loops of the function, and of the
+    functions it calls by a global or closure name, are first rewritten
+    into loop nodes (``tracegrad.frontend.loop_rewrite``); when one cannot stand for
+    the loop as written, the function is traced again as written."""
+    if loop_rewrite.enabled():
+        try:
+            return _trace_once(fn, loop_rewrite.rewrite(fn) or fn, leaves_avals, rebuild_args,
+                               names, backend, faces, loop_rewrite.CalledFunctions())
+        except loop_rewrite.RetraceAsWritten:
+            pass
+    return _trace_once(fn, fn, leaves_avals, rebuild_args, names, backend, faces)
+
+
+def _trace_once(fn, run, leaves_avals, rebuild_args, names, backend, faces, functions=None):
+    trace = Trace(backend)
+    faces = faces or ["numpy"] * len(leaves_avals)
+    tracers = [trace.new_input(a, n, f) for a, n, f in zip(leaves_avals, names, faces)]
+    args, kwargs = rebuild_args(tracers)
+    from tracegrad.ops.random import tracing_random_draws  # np.random.* draws become nodes
+    with tracing_random_draws(trace, fn, args, kwargs) as (args, kwargs):
+        # NumPy arrays fn names (globals, closures) accept traced indices
+        from tracegrad.ops.indexing import indexable_constants
+        out = indexable_constants(run, functions)(*args, **kwargs)
+    out_leaves, out_tree = tree_flatten(out)
+    for o in out_leaves:
+        if isinstance(o, Tracer):
+            trace.outputs.append(o.id)
+        elif hasattr(o, "grad_fn"):
+            trace.outputs.append(trace.const(o._data))
+        else:
+            try:
+                trace.outputs.append(trace.const(o))
+            except TypeError:
+                raise TypeError(f"the traced function returned a {type(o).__name__}; a compiled "
+                                f"function returns arrays, numbers, or tuples/lists/dicts of "
+                                f"them") from None
+    roll_loops(trace)
+    return trace, out_tree
+
+
+# --- bodies of loops and branches -------------------------------------------------------
+
+def trace_body(fn, avals, faces=None):
+    """Trace ``fn(*tracers) -> tuple of values`` into a ``Body``.
+
+    Values of enclosing traces that ``fn`` reads become extra inputs after
+    the declared ones.  Returns (body, captured outer values, None)."""
+    from tracegrad.ops.control import Body
+    T = Trace(is_body=True)
+    faces = faces or ["numpy"] * len(avals)
+    xs = [T.new_input(Aval(tuple(a.shape), np.dtype(a.dtype)), f"in_{i}", f)
+          for i, (a, f) in enumerate(zip(avals, faces))]
+    outs = fn(*xs)
+    if not isinstance(outs, tuple):
+        outs = (outs,)
+    for o in outs:
+        if isinstance(o, Tracer) or hasattr(o, "grad_fn"):
+            T.outputs.append(T.operand(o))
+        else:
+            try:
+                T.outputs.append(T.const(np.asarray(o)))
+            except TypeError:
+                raise TypeError(f"a loop or branch body returned a {type(o).__name__}; bodies "
+                                f"return arrays, numbers, or tuples/lists/dicts of them") from None
+    roll_loops(T)       # Python loops inside the body (not rewritten: too short, ...)
+    # the backend is the enclosing trace's; a body's code is the same for both
+    backend = next((c._trace.backend for c in T.captured), "numpy")
+    T.backend = backend
+    body = Body(T.nodes, T.inputs, T.outputs, backend, T.structure_hash())
+    return body, list(T.captured), None
+
+
+def _install_control_flow():
+    from tracegrad.ops import control
+    control.hooks.trace_body = trace_body
+    control.hooks.tree_flatten = tree_flatten
+    control.hooks.tree_unflatten = tree_unflatten
+
+
+_install_control_flow()
+
+
+# --- rolling of Python loops --------------------------------------------------------------
+# A Python ``for`` loop unrolls while tracing: every iteration appends the same
+# ops, from the same source lines, wired the same way.  ``roll_loops`` finds
+# such runs in the recorded node list and replaces them by ONE scan node whose
+# body is one iteration, so the graph, the passes and the generated code no
+# longer grow with the trip count.  A run is rolled only when every iteration
+# has the same ops, attributes, shapes, dtypes and source lines, reads the
+# previous iteration only through values it carries, reads the same values
+# from before the loop, and nothing after the loop reads a value of an
+# iteration other than the last one's carried values.  Anything else stays
+# unrolled: rolling never changes what is computed, only how it is written.
+
+# fewer iterations, or fewer recorded ops in all, stay unrolled (they compile
+# fast; unrolled, the buffer planner reuses their arrays): as for rewritten loops
+ROLL_MIN_STEPS = loop_rewrite.ROLL_MIN_STEPS
+ROLL_MIN_NODES = loop_rewrite.ROLL_MIN_NODES
+_ROLL_CANDIDATES = 4    # periods tried at one position
+
+
+_roll_enabled = loop_rewrite.enabled
+
+
+def roll_loops(trace):
+    """Roll repeated iterations of ``trace`` into scan nodes, in place (inner
+    loops first, so nested Python loops roll as nested scans)."""
+    if not _roll_enabled():
+        return trace
+    while _roll_once(trace):
+        pass
+    return trace
+
+
+def _roll_once(T):
+    """One pass: the loops with the shortest iterations first (periods up to
+    4, 16, 64, ... ops), so an inner loop rolls before the loop around it
+    and the outer loop's body holds the inner scan.  True if it rolled."""
+    from bisect import bisect_right
+    nodes = T.nodes
+    seq = [n.id for n in nodes if n.op not in ("input", "const")]
+    if len(seq) < ROLL_MIN_NODES:
+        return False
+    table, sig, occ = {}, [], {}
+    for k, nid in enumerate(seq):
+        n = nodes[nid]
+        try:
+            s = (n.op, _attr_key(n.attrs), n.aval, n.loc[:2] if n.loc else None, len(n.inputs))
+            hash(s)
+        except TypeError:
+            s = ("unique", nid)
+        code = table.setdefault(s, len(table))
+        sig.append(code)
+        occ.setdefault(code, []).append(k)
+    pos = {nid: k for k, nid in enumerate(seq)}
+    # the last position that reads each node (trace outputs read from "after everything")
+    last_read = {}
+    for k, nid in enumerate(seq):
+        for u in nodes[nid].inputs:
+            last_read[u] = k
+    for o in T.outputs:
+        last_read[o] = len(seq)
+    N = len(seq)
+    limit = 4
+    while True:
+        rolls = _find_runs(T, seq, pos, last_read, sig, occ, limit)
+        if rolls:
+            _apply_rolls(T, rolls)
+            return True
+        if limit >= N:
+            return False
+        limit *= 4
+
+
+def _find_runs(T, seq, pos, last_read, sig, occ, limit):
+    from bisect import bisect_right
+    rolls = []
+    i = 0
+    N = len(seq)
+    while i < N:
+        found = skip = None
+        lst = occ[sig[i]]
+        at = bisect_right(lst, i)
+        for j in lst[at:at + _ROLL_CANDIDATES]:
+            p = j - i
+            if p > limit:
+                break
+            block = sig[i:j]
+            m = 1
+            while i + (m + 1) * p <= N and sig[i + m * p:i + (m + 1) * p] == block:
+                m += 1
+            if m >= ROLL_MIN_STEPS and m * p >= ROLL_MIN_NODES:
+                found = _plan_roll(T, seq, pos, last_read, i, p, m)
+                if found is None:
+                    skip = i + m * p   # the same run at another phase fails alike
+                break
+        if found is not None:
+            rolls.append(found)
+            i = found["end"]
+        elif skip is not None:
+            i = skip
+        else:
+            i += 1
+    return rolls
+
+
+def _plan_roll(T, seq, pos, last_read, i, p, m):
+    """Check the dataflow of the run of m blocks of p nodes at seq[i]; the
+    plan of the scan that replaces it, or None."""
+    nodes = T.nodes
+    B = [seq[i + r * p:i + (r + 1) * p] for r in range(m)]
+    rep_of = {}
+    for r in range(m):
+        for j, nid in enumerate(B[r]):
+            rep_of[nid] = (r, j)
+
+    def kinds(r):
+        out = []
+        for nid in B[r]:
+            ks = []
+            for u in nodes[nid].inputs:
+                ru = rep_of.get(u)
+                if ru is None:
+                    ks.append(("out", u))
+                elif ru[0] == r:
+                    ks.append(("in", ru[1]))
+                elif ru[0] == r - 1:
+                    ks.append(("carry", ru[1]))
+                else:
+                    return None    # reads an iteration further back
+            out.append(ks)
+        return out
+
+    tmpl = kinds(1)
+    if tmpl is None:
+        return None
+    for r in range(2, m):
+        if kinds(r) != tmpl:
+            return None
+    carries = sorted({k for ks in tmpl for kind, k in ks if kind == "carry"})
+    # iteration 0 reads the carries' initial values from before the loop
+    first, init = 0, {}
+    k0 = kinds(0)
+    ok = k0 is not None
+    if ok:
+        for ks0, ks in zip(k0, tmpl):
+            for a, b in zip(ks0, ks):
+                if b[0] == "carry":
+                    if a[0] != "out" or init.setdefault(b[1], a[1]) != a[1]:
+                        ok = False
+                elif a != b:
+                    ok = False
+        for k, x in init.items():
+            xa, ka = nodes[x].aval, nodes[B[0][k]].aval
+            if not isinstance(xa, Aval) or (tuple(xa.shape), np.dtype(xa.dtype)) != \
+                    (tuple(ka.shape), np.dtype(ka.dtype)):
+                ok = False   # e.g. a Python number that becomes an array
+    if not ok:
+        first = 1
+        init = {k: B[0][k] for k in carries}
+    # what is read after the run: only the last iteration's values
+    end_pos = i + m * p
+    late = {rep_of[nid] for r in range(m) for nid in B[r] if last_read.get(nid, -1) >= end_pos}
+    if any(r != m - 1 for r, _ in late):
+        return None
+    last = m
+    if any(j not in carries for _, j in late):
+        last = m - 1     # the last iteration stays unrolled
+    if last - first < 2 or not carries:
+        return None
+    return dict(B=B, tmpl=tmpl, carries=carries, init=init, first=first, last=last,
+                end=end_pos, p=p)
+
+
+def _apply_rolls(T, rolls):
+    from tracegrad.ops.control import Body, scan_p
+    nodes = T.nodes
+    removed = {}
+    replace = {}     # old id -> ("proj", roll index, carry number)
+    starts = {}
+    for ri, R in enumerate(rolls):
+        B, first, last = R["B"], R["first"], R["last"]
+        for r in range(first, last):
+            for nid in B[r]:
+                removed[nid] = ri
+        # the scan takes the place of the run's last node: everything it
+        # reads (constants first used inside the loop too) is recorded by then
+        starts[B[last - 1][-1]] = ri
+        for c, k in enumerate(R["carries"]):
+            replace[B[last - 1][k]] = (ri, c)
+        R["body"] = _roll_body(T, R)
+    new_nodes, new_id = [], {}
+
+    def add(op, inputs, attrs, aval, loc, value=None, name=None):
+        n = Node(len(new_nodes), op, tuple(inputs), attrs, aval, loc, value, name)
+        new_nodes.append(n)
+        return n.id
+
+    def ref(u):
+        if u in replace:
+            ri, c = replace[u]
+            return rolls[ri]["projs"][c]
+        return new_id[u]
+
+    explain = bool(os.environ.get("TRACEGRAD_EXPLAIN"))
+    for n in nodes:
+        if n.id in starts:
+            R = rolls[starts[n.id]]
+            body, captured = R["body"]
+            ops = [ref(R["init"][k]) for k in R["carries"]] + [ref(u) for u in captured]
+            avals = tuple(nodes[R["B"][R["first"]][k]].aval for k in R["carries"])
+            loc = nodes[R["B"][R["first"]][0]].loc
+            sid = add("scan", ops, dict(body=body, length=R["last"] - R["first"],
+                                        n_carry=len(avals), n_xs=0, start=None,
+                                        reverse=False), avals, loc)
+            R["projs"] = [add("proj", (sid,), {"index": c}, a, loc) for c, a in enumerate(avals)]
+            if explain:
+                where = f"{os.path.basename(loc[0])}:{loc[1]}" if loc else "?"
+                print(f"tracegrad: rolled a Python loop at {where}: {R['last'] - R['first']} "
+                      f"iterations of {R['p']} ops into one scan node", file=sys.stderr)
+        if n.id in removed:
+            continue
+        new_id[n.id] = add(n.op, [ref(u) for u in n.inputs], n.attrs, n.aval, n.loc, n.value,
+                           n.name)
+    T.nodes = new_nodes
+    T.inputs = [new_id[v] for v in T.inputs]
+    T.outputs = [ref(v) for v in T.outputs]
+    T._cse = {}
+    T._consts = {k: new_id[v] for k, v in T._consts.items() if v in new_id}
+    T._aliased = {}
+    T._hash = None
+
+
+def _roll_body(T, R):
+    """One iteration as a Body: (carries..., values from before the loop...)
+    -> carries.  Returns (body, the outer node ids it reads)."""
+    from tracegrad.ops.control import Body
+    nodes = T.nodes
+    tmpl, carries, p = R["tmpl"], R["carries"], R["p"]
+    rep = R["B"][max(R["first"], 1)]
+    BT = Trace(T.backend, is_body=True)
+    carry_in = {}
+    for k in carries:
+        a = nodes[rep[k]].aval
+        carry_in[k] = BT.new_input(a, f"carry_{k}").id
+    outer, captured = {}, []
+    for ks in tmpl:
+        for kind, u in ks:
+            if kind == "out" and nodes[u].op != "const" and u not in outer:
+                outer[u] = BT.new_input(_aval_of_node(nodes[u]), f"outer_{len(captured)}").id
+                captured.append(u)
+    env = {}
+    for j in range(p):
+        n = nodes[rep[j]]
+        ids = []
+        for kind, u in tmpl[j]:
+            if kind == "in":
+                ids.append(env[u])
+            elif kind == "carry":
+                ids.append(carry_in[u])
+            elif nodes[u].op == "const":
+                ids.append(BT.const(nodes[u].value))
+            else:
+                ids.append(outer[u])
+        env[j] = BT._add(n.op, tuple(ids), dict(n.attrs), n.aval, n.loc).id
+    BT.outputs = [env[k] for k in carries]
+    return Body(BT.nodes, BT.inputs, BT.outputs, T.backend, BT.structure_hash()), captured
+
+
+def _aval_of_node(n):
+    a = n.aval
+    return a if isinstance(a, Aval) else Aval((), np.result_type(a))

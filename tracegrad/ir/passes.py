@@ -1,0 +1,807 @@
+"""Optimisation passes on the IR graph.
+
+Each pass takes a graph and rewrites it in place: constant folding,
+algebraic simplification, common-subexpression elimination and dead-code
+elimination.  ``optimize`` runs them to a fixed point.  Buffer planning,
+which needs the final statement order, lives in codegen (``plan_buffers``).
+"""
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from tracegrad.ir import graph as ir
+from tracegrad.ops import primitives
+
+# Constants larger than this stay as operations in the generated code
+# instead of being folded into embedded arrays.
+FOLD_MAX_ELEMENTS = 4096
+
+
+_next_ids = weakref.WeakKeyDictionary()    # graph -> the next fresh node id
+
+
+def _new_id(g):
+    """A node id larger than every id in ``g`` (creation order breaks ties in
+    the topological order), remembered per graph: scanning for the maximum
+    at every new node made the passes quadratic in the graph's size."""
+    v = _next_ids.get(g)
+    if v is None or v in g:
+        v = max(g.nodes) + 1 if len(g) else 0
+    _next_ids[g] = v + 1
+    return v
+
+
+def replace_uses(g, old, new):
+    """Make every user of ``old`` (and the graph outputs) read ``new``."""
+    for _, w, k, d in list(g.out_edges(old, keys=True, data=True)):
+        g.remove_edge(old, w, key=k)
+        g.add_edge(new, w, key=d["pos"], pos=d["pos"])
+    g.graph["outputs"] = [new if v == old else v for v in g.graph["outputs"]]
+
+
+def add_node(g, op, operands, attrs, shape, dtype, loc=None, value=None):
+    v = _new_id(g)
+    g.add_node(v, op=op, attrs=dict(attrs), shape=tuple(shape), dtype=np.dtype(dtype), loc=loc)
+    if value is not None or op == "const":
+        g.nodes[v]["value"] = value
+    for pos, u in enumerate(operands):
+        g.add_edge(u, v, key=pos, pos=pos)
+    return v
+
+
+def dead_code_elimination(g):
+    """Remove nodes that no output depends on (inputs stay: they are the signature)."""
+    import networkx as nx
+    keep = set(g.graph["outputs"]) | set(g.graph["inputs"])
+    for v in list(g.graph["outputs"]):
+        keep |= nx.ancestors(g, v)
+    dead = [v for v in g.nodes if v not in keep]
+    g.remove_nodes_from(dead)
+    return bool(dead)
+
+
+def _const_value(g, v):
+    d = g.nodes[v]
+    return d["value"] if d["op"] == "const" else None
+
+
+def _is_scalar_const(g, v, value):
+    """v is a constant whose every element equals ``value`` (broadcasting
+    it changes nothing: callers check the result's shape and dtype)."""
+    d = g.nodes[v]
+    if d["op"] != "const":
+        return False
+    val = d["value"]
+    if isinstance(val, np.ndarray):
+        return val.size >= 1 and bool(np.all(val == value))
+    return isinstance(val, (int, float)) and not isinstance(val, bool) and val == value
+
+
+def _same_type(g, a, b):
+    da, db = g.nodes[a], g.nodes[b]
+    return da.get("shape") == db.get("shape") and da.get("dtype") == db.get("dtype")
+
+
+def constant_folding(g):
+    """Evaluate nodes whose operands are all constants."""
+    changed = False
+    for v in ir.topo_order(g):
+        d = g.nodes[v]
+        if d["op"] in ("input", "const", "proj") or d.get("avals") is not None:
+            continue
+        ops = ir.operands(g, v)
+        if not ops or any(g.nodes[u]["op"] != "const" for u in ops):
+            continue
+        if d["op"] == "broadcast_to":
+            continue  # a view at run time; folding would materialise it
+        shape = d["shape"]
+        if int(np.prod(shape)) > FOLD_MAX_ELEMENTS:
+            continue
+        prim = primitives.get(d["op"])
+        args = [g.nodes[u]["value"] for u in ops]
+        with np.errstate(all="ignore"):
+            val = np.asarray(prim.impl(np, *args, **d["attrs"]))
+        val = val.astype(d["dtype"], copy=False)
+        for u in ops:
+            g.remove_edge(u, v)
+        d["op"] = "const"
+        d["attrs"] = {}
+        d["value"] = val
+        changed = True
+    return changed
+
+
+def _drop_explicit_broadcasts(g, v, d, ops):
+    """An elementwise op broadcasts by itself: read x instead of
+    broadcast_to(x) when the operands still broadcast to the output shape."""
+    changed = False
+    for pos, u in enumerate(ops):
+        if g.nodes[u]["op"] != "broadcast_to":
+            continue
+        src = ir.operands(g, u)[0]
+        shapes = [g.nodes[w].get("shape") or () for j, w in enumerate(ops) if j != pos]
+        try:
+            ok = tuple(np.broadcast_shapes(g.nodes[src].get("shape") or (), *shapes)) == d["shape"]
+        except ValueError:
+            ok = False
+        if ok:
+            for _, _, k, dd in list(g.in_edges(v, keys=True, data=True)):
+                if dd["pos"] == pos:
+                    g.remove_edge(u, v, key=k)
+            g.add_edge(src, v, key=pos, pos=pos)
+            ops[pos] = src
+            changed = True
+    return changed
+
+
+def _scalar(g, v):
+    """The value of a scalar constant that cannot change a result's shape or
+    dtype when it multiplies (a Python number), else None."""
+    d = g.nodes[v]
+    if d["op"] != "const":
+        return None
+    val = d["value"]
+    if isinstance(val, (int, float)) and not isinstance(val, bool):
+        return val
+    # a one-element float64 array (a folded seed such as [100.]): callers
+    # only use it where the other operand already has the result's dtype
+    if isinstance(val, np.ndarray) and val.size == 1 and val.dtype == np.float64:
+        return float(val.reshape(()))
+    return None
+
+
+def _single_use(g, v):
+    return g.out_degree(v) == 1 and v not in g.graph["outputs"]
+
+
+def _scale(g, x, c, d):
+    """x * c as a new node (c a Python number), typed like d."""
+    k = add_node(g, "const", [], {}, (), np.float64, value=c)
+    return add_node(g, "mul", [x, k], {}, d["shape"], d["dtype"], d.get("loc"))
+
+
+def _collect_constants(g, v, d, op, ops):
+    """Products with Python-number factors: constants move outwards and
+    fold (2*(100*x) -> 200*x, x + x -> 2*x, -(c*x) -> -c*x), so the chains
+    the adjoint builds cost one multiply instead of several."""
+    if not np.issubdtype(d["dtype"], np.inexact):
+        return None
+    if op == "add" and ops[0] == ops[1]:
+        return _scale(g, ops[0], 2.0, d)
+    if op == "neg":
+        (a,) = ops
+        da = g.nodes[a]
+        if da["op"] == "mul" and _single_use(g, a):
+            x, y = ir.operands(g, a)
+            for p, q in ((x, y), (y, x)):
+                c = _scalar(g, q)
+                if c is not None and g.nodes[p]["dtype"] == d["dtype"] and \
+                        g.nodes[p]["shape"] == d["shape"]:
+                    return _scale(g, p, -c, d)
+    if op != "mul":
+        return None
+    for pos in (0, 1):
+        inner, other = ops[pos], ops[1 - pos]
+        if g.nodes[inner]["op"] == "neg" and _single_use(g, inner):
+            # (-x) * y -> -(x * y): the sign joins the other constants
+            x = ir.operands(g, inner)[0]
+            c = _scalar(g, other)
+            if c is not None and g.nodes[x]["dtype"] == d["dtype"] and \
+                    g.nodes[x]["shape"] == d["shape"]:
+                return _scale(g, x, -c, d)
+            if c is None:
+                prod = add_node(g, "mul", [x, other] if pos == 0 else [other, x], {},
+                                d["shape"], d["dtype"], d.get("loc"))
+                return add_node(g, "neg", [prod], {}, d["shape"], d["dtype"], d.get("loc"))
+    for pos in (0, 1):
+        c = _scalar(g, ops[1 - pos])
+        inner = ops[pos]
+        di = g.nodes[inner]
+        if c is None or di["op"] != "mul" or not _single_use(g, inner):
+            continue
+        a, b = ir.operands(g, inner)
+        for p, q in ((a, b), (b, a)):
+            c2 = _scalar(g, q)
+            if c2 is not None and g.nodes[p]["dtype"] == d["dtype"] and \
+                    g.nodes[p]["shape"] == d["shape"]:
+                return _scale(g, p, c * c2, d)
+    # (x * c) * y -> (x * y) * c, so constants meet and fold further up
+    for pos in (0, 1):
+        inner, other = ops[pos], ops[1 - pos]
+        di = g.nodes[inner]
+        if _scalar(g, other) is not None or di["op"] != "mul" or not _single_use(g, inner):
+            continue
+        a, b = ir.operands(g, inner)
+        for p, q in ((a, b), (b, a)):
+            c = _scalar(g, q)
+            if c is None:
+                continue
+            dp, do = g.nodes[p], g.nodes[other]
+            try:
+                shape = tuple(np.broadcast_shapes(dp["shape"], do["shape"]))
+            except ValueError:
+                continue
+            dtype = np.result_type(dp["dtype"], do["dtype"])
+            if shape != d["shape"] or dtype != d["dtype"]:
+                continue
+            prod = add_node(g, "mul", [p, other], {}, shape, dtype, d.get("loc"))
+            return _scale(g, prod, c, d)
+    return None
+
+
+def _push_scalar_through_broadcast(g, v, d, op, ops):
+    """f(broadcast_to(x), scalars...) -> broadcast_to(f(x, scalars...)): the
+    elementwise work happens on the small array and the broadcast stays lazy."""
+    prim = primitives.REGISTRY.get(op)
+    if prim is None or not prim.elementwise or prim.nondiff:
+        return None
+    bpos = [i for i, u in enumerate(ops) if g.nodes[u]["op"] == "broadcast_to"]
+    if len(bpos) != 1:
+        return None
+    others = [u for i, u in enumerate(ops) if i != bpos[0]]
+    if not all(_scalar(g, u) is not None for u in others):
+        return None
+    src = ir.operands(g, ops[bpos[0]])[0]
+    avals = [ir.aval(g, src) if i == bpos[0] else ir.aval(g, u) for i, u in enumerate(ops)]
+    small = (prim.shape)(*avals, **d["attrs"])
+    if np.dtype(small.dtype) != d["dtype"]:
+        return None
+    new_ops = [src if i == bpos[0] else u for i, u in enumerate(ops)]
+    inner = add_node(g, op, new_ops, d["attrs"], small.shape, small.dtype, d.get("loc"))
+    return add_node(g, "broadcast_to", [inner], {"shape": d["shape"]}, d["shape"], d["dtype"],
+                    d.get("loc"))
+
+
+def _uniform_constants_to_scalars(g, v, d, ops):
+    """An elementwise operand that is a constant array of one repeated value
+    (a folded seed such as a vector of 0.5) becomes that Python number when
+    the other operands already give the result's shape and dtype, so
+    constant collection can fold it and no array is embedded."""
+    changed = False
+    for pos, u in enumerate(ops):
+        du = g.nodes[u]
+        val = du.get("value")
+        if du["op"] != "const" or not isinstance(val, np.ndarray) or val.size < 2 \
+                or val.dtype != d["dtype"] or val.dtype.kind != "f":
+            continue
+        first = val.reshape(-1)[0]
+        if not np.all(val == first):
+            continue
+        others = [w for j, w in enumerate(ops) if j != pos]
+        try:
+            shape = tuple(np.broadcast_shapes(*[g.nodes[w].get("shape") or () for w in others]))
+        except ValueError:
+            continue
+        if shape != d["shape"] or any(g.nodes[w]["dtype"] != d["dtype"] for w in others
+                                      if g.nodes[w]["op"] != "const"):
+            continue
+        k = add_node(g, "const", [], {}, (), np.float64, value=float(first))
+        for _, _, key, dd in list(g.in_edges(v, keys=True, data=True)):
+            if dd["pos"] == pos:
+                g.remove_edge(u, v, key=key)
+        g.add_edge(k, v, key=pos, pos=pos)
+        ops[pos] = k
+        changed = True
+    return changed
+
+
+def _diagonal_factors(g, u, n, depth=0):
+    """If u is diag(f1 * f2 * ...) -- the identity (basis) times vectors of
+    length n along its last axis or scalars -- the factor nodes, else None."""
+    du = g.nodes[u]
+    if du["op"] == "basis" and du["shape"] == (n, n):
+        return []
+    if du["op"] != "mul" or du.get("shape") != (n, n) or depth > 8:
+        return None
+    a, b = ir.operands(g, u)
+    for p, q in ((a, b), (b, a)):
+        if g.nodes[q].get("shape") in ((n,), (), (1,)):
+            inner = _diagonal_factors(g, p, n, depth + 1)
+            if inner is not None:
+                return inner + [q]
+    return None
+
+
+def _sum_of_product_as_matmul(g, v, d, ops):
+    """sum(M * w, axis=-1) with M a matrix and w a vector along its rows is
+    M @ w: one BLAS call instead of an elementwise pass and a reduction
+    (the adjoint writes this for every reduction's broadcast cotangent)."""
+    (p,) = ops
+    dp = g.nodes[p]
+    if dp["op"] != "mul" or not _single_use(g, p) or dp.get("shape") is None \
+            or len(dp["shape"]) != 2 or tuple(d["attrs"]["axis"]) != (1,):
+        return None
+    r, c = dp["shape"]
+    a, b = ir.operands(g, p)
+    for m, w in ((a, b), (b, a)):
+        dm, dw = g.nodes[m], g.nodes[w]
+        if dm.get("shape") == (r, c) and dw.get("shape") == (c,) and \
+                dm["dtype"] == dw["dtype"] == d["dtype"] and np.issubdtype(d["dtype"], np.inexact):
+            out = add_node(g, "matmul", [m, w], {}, (r,), d["dtype"], d.get("loc"))
+            if d["attrs"]["keepdims"]:
+                out = add_node(g, "reshape", [out], {"shape": (r, 1)}, (r, 1), d["dtype"],
+                               d.get("loc"))
+            return out
+    return None
+
+
+def _diagonal_matmul(g, v, d, ops):
+    """diag(w) @ M -> w[:, None] * M: the Jacobian seeds the adjoint builds
+    are diagonal matrices, and this turns an O(n^3) product into O(n^2)."""
+    a, m = ops
+    da, dm = g.nodes[a], g.nodes[m]
+    if da.get("shape") is None or len(da["shape"]) != 2 or da["shape"][0] != da["shape"][1]:
+        return None
+    n = da["shape"][0]
+    factors = _diagonal_factors(g, a, n)
+    if not factors or dm.get("shape") is None or len(dm["shape"]) != 2 or dm["shape"][0] != n:
+        return None
+    if np.result_type(da["dtype"], dm["dtype"]) != d["dtype"]:
+        return None
+    w = factors[0]
+    for f in factors[1:]:
+        w = add_node(g, "mul", [w, f], {},
+                     tuple(np.broadcast_shapes(g.nodes[w]["shape"], g.nodes[f]["shape"])),
+                     np.result_type(g.nodes[w]["dtype"], g.nodes[f]["dtype"]), d.get("loc"))
+    dw = g.nodes[w]
+    if dw["shape"] == (n,):
+        w = add_node(g, "reshape", [w], {"shape": (n, 1)}, (n, 1), dw["dtype"], d.get("loc"))
+    return add_node(g, "mul", [w, m], {}, d["shape"], d["dtype"], d.get("loc"))
+
+
+def _push_negations(g, v, d, op, ops):
+    """Signs move outwards through linear ops until an add or sub absorbs
+    them: sum(-x) -> -sum(x), reshape(-x) -> -reshape(x), a + (-b) -> a - b,
+    a - (-b) -> a + b.  The adjoint of a subtraction leaves such negations
+    on whole arrays; this turns each into nothing or a negation of a
+    smaller one."""
+    if op in ("sum", "reshape", "broadcast_to", "transpose"):
+        (a,) = ops
+        if g.nodes[a]["op"] == "neg" and _single_use(g, a):
+            x = ir.operands(g, a)[0]
+            inner = add_node(g, op, [x], d["attrs"], d["shape"], d["dtype"], d.get("loc"))
+            return add_node(g, "neg", [inner], {}, d["shape"], d["dtype"], d.get("loc"))
+        return None
+    if op not in ("add", "sub"):
+        return None
+    a, b = ops
+    na = g.nodes[a]["op"] == "neg" and _single_use(g, a)
+    nb = g.nodes[b]["op"] == "neg" and _single_use(g, b)
+    if nb:
+        y = ir.operands(g, b)[0]
+        new_op = "sub" if op == "add" else "add"
+        if tuple(np.broadcast_shapes(g.nodes[a].get("shape") or (),
+                                     g.nodes[y].get("shape") or ())) == d["shape"]:
+            return add_node(g, new_op, [a, y], {}, d["shape"], d["dtype"], d.get("loc"))
+    if na and op == "add":
+        x = ir.operands(g, a)[0]
+        return add_node(g, "sub", [b, x], {}, d["shape"], d["dtype"], d.get("loc"))
+    return None
+
+
+def _simplify_node(g, v, exact=False):
+    """One algebraic rewrite at v; returns the node that replaces v, or None.
+    exact: only rewrites that compute the same floating-point numbers."""
+    d = g.nodes[v]
+    op = d["op"]
+    ops = ir.operands(g, v)
+    prim = primitives.REGISTRY.get(op)
+    if prim is not None and prim.elementwise and len(ops) > 1:
+        _drop_explicit_broadcasts(g, v, d, ops)
+        ops = ir.operands(g, v)
+        if not exact and any(g.nodes[w]["op"] != "const" for w in ops):
+            _uniform_constants_to_scalars(g, v, d, ops)
+    rules = ((_push_scalar_through_broadcast, _push_negations) if exact else
+             (_push_scalar_through_broadcast, _collect_constants, _push_negations))
+    for rule in rules:
+        new = rule(g, v, d, op, ops)
+        if new is not None:
+            return new
+    if exact:
+        return _exact_identity(g, v, d, op, ops, exact=True)
+    if op == "matmul" and g.nodes[ops[0]]["op"] == "basis" and \
+            len(g.nodes[ops[0]]["shape"]) == 2 and _same_type(g, ops[1], v):
+        return ops[1]  # identity @ M
+    if op == "add":
+        # I + M -> plus_identity(M): no identity matrix is built
+        for p, q in ((ops[0], ops[1]), (ops[1], ops[0])):
+            dp, dq = g.nodes[p], g.nodes[q]
+            if dp["op"] == "basis" and len(dp["shape"]) == 2 and dq.get("shape") == dp["shape"] \
+                    and dq["dtype"] == d["dtype"] and d["shape"] == dp["shape"]:
+                return add_node(g, "plus_identity", [q], {}, d["shape"], d["dtype"], d.get("loc"))
+    if op == "sum":
+        new = _sum_of_product_as_matmul(g, v, d, ops)
+        if new is not None:
+            return new
+    if op == "matmul":
+        new = _diagonal_matmul(g, v, d, ops)
+        if new is not None:
+            return new
+    if op == "pow" and _is_scalar_const(g, ops[1], 2) and _same_type(g, ops[0], v):
+        # x ** 2 -> x * x: one multiply instead of a pow
+        return add_node(g, "mul", [ops[0], ops[0]], {}, d["shape"], d["dtype"], d.get("loc"))
+    if op == "sum":
+        (a,) = ops
+        da = g.nodes[a]
+        if da["op"] == "broadcast_to":
+            # sum over exactly the broadcast axes of broadcast_to(x) is x * n
+            x = ir.operands(g, a)[0]
+            xs = g.nodes[x]["shape"]
+            full = da["shape"]
+            lead = len(full) - len(xs)
+            bcast = {i for i in range(len(full))
+                     if i < lead or (xs[i - lead] == 1 and full[i] != 1)}
+            axes = set(d["attrs"]["axis"])
+            if bcast and axes == bcast and np.issubdtype(d["dtype"], np.inexact):
+                n = int(np.prod([full[i] for i in axes]))
+                xr = x
+                if tuple(xs) != tuple(d["shape"]):
+                    xr = add_node(g, "reshape", [x], {"shape": tuple(d["shape"])}, d["shape"],
+                                  g.nodes[x]["dtype"], d.get("loc"))
+                c = add_node(g, "const", [], {}, (), np.float64, value=float(n))
+                return add_node(g, "mul", [xr, c], {}, d["shape"], d["dtype"], d.get("loc"))
+    return _exact_identity(g, v, d, op, ops)
+
+
+def _exact_identity(g, v, d, op, ops, exact=False):
+    """x * 1, x + 0, -(-x), a reshape or cast to what x already is...: x.
+    exact: not x + 0 (for x = -0.0 the sum is +0.0); x - 0 stays, it is x."""
+    if op == "mul":
+        a, b = ops
+        if _is_scalar_const(g, b, 1) and _same_type(g, a, v):
+            return a
+        if _is_scalar_const(g, a, 1) and _same_type(g, b, v):
+            return b
+    elif op == "sub" or (op == "add" and not exact):
+        a, b = ops
+        if _is_scalar_const(g, b, 0) and _same_type(g, a, v):
+            return a
+        if op == "add" and _is_scalar_const(g, a, 0) and _same_type(g, b, v):
+            return b
+    elif op == "div":
+        a, b = ops
+        if _is_scalar_const(g, b, 1) and _same_type(g, a, v):
+            return a
+    elif op == "neg":
+        (a,) = ops
+        if g.nodes[a]["op"] == "neg":
+            return ir.operands(g, a)[0]
+    elif op in ("reshape", "broadcast_to"):
+        (a,) = ops
+        if _same_type(g, a, v):
+            return a
+        if op == "reshape" and g.nodes[a]["op"] == "reshape":
+            inner = ir.operands(g, a)[0]
+            return add_node(g, "reshape", [inner], d["attrs"], d["shape"], d["dtype"], d.get("loc"))
+    elif op == "astype":
+        (a,) = ops
+        if _same_type(g, a, v):
+            return a
+    elif op == "transpose":
+        (a,) = ops
+        axes = d["attrs"]["axes"]
+        if tuple(axes) == tuple(range(len(axes))):
+            return a
+        if g.nodes[a]["op"] == "transpose":
+            inner = ir.operands(g, a)[0]
+            inner_axes = g.nodes[a]["attrs"]["axes"]
+            comp = tuple(inner_axes[i] for i in axes)
+            if comp == tuple(range(len(comp))):
+                return inner
+            return add_node(g, "transpose", [inner], {"axes": comp}, d["shape"], d["dtype"], d.get("loc"))
+    return None
+
+
+def simplify(g, exact=False):
+    changed = False
+    for v in ir.topo_order(g):
+        if v not in g or g.nodes[v]["op"] in ("input", "const", "proj"):
+            continue
+        new = _simplify_node(g, v, exact)
+        if new is not None and new != v:
+            replace_uses(g, v, new)
+            changed = True
+    return changed
+
+
+def _cse_key(g, v):
+    d = g.nodes[v]
+    if d["op"] == "const":
+        val = d["value"]
+        if isinstance(val, np.ndarray):
+            return ("const", val.dtype.str, val.shape, val.tobytes())
+        return ("const", type(val).__name__, repr(val))
+    if d["op"] == "input":
+        return None
+    return (d["op"], tuple(ir.operands(g, v)), tuple(sorted(d["attrs"].items())))
+
+
+def common_subexpression_elimination(g):
+    seen = {}
+    changed = False
+    for v in ir.topo_order(g):
+        key = _cse_key(g, v)
+        if key is None:
+            continue
+        try:
+            hash(key)
+        except TypeError:
+            continue
+        w = seen.get(key)
+        if w is None:
+            seen[key] = v
+        else:
+            replace_uses(g, v, w)
+            changed = True
+    return changed
+
+
+def optimize(g, validate=False, exact=False):
+    """Run the passes until nothing changes.  exact: only rewrites that keep
+    every floating-point result as it was (folding evaluates the same
+    operations early; constants are not collected, nothing is reassociated)."""
+    for _ in range(10):
+        changed = constant_folding(g)
+        changed |= simplify(g, exact)
+        changed |= common_subexpression_elimination(g)
+        changed |= dead_code_elimination(g)
+        if validate:
+            ir.validate(g)
+        if not changed:
+            break
+    return g
+
+
+# --- fusion (the CUDA target's grouping of elementwise nodes) ------------------------
+# Added for the CUDA target (tracegrad/codegen_cuda.py).  Every decision about
+# which nodes share a kernel is made here, in ``fusion_groups`` and the two
+# predicates it calls; the generator only renders the groups it is given.
+
+# Dtypes a kernel can load, compute and store (NumPy dtype name -> C type is
+# the CUDA generator's table; these are the names it knows).
+FUSIBLE_DTYPES = frozenset({"float32", "float64", "bool", "int8", "uint8", "int16", "uint16",
+                            "int32", "uint32", "int64", "uint64"})
+
+
+class FusionGroup:
+    """One kernel: elementwise ``nodes`` (topological order) over ``shape``,
+    plus ``reductions``: full ``sum`` nodes whose operand is computed in the
+    group, emitted as the kernel's epilogue (per-thread partial sums)."""
+    __slots__ = ("nodes", "shape", "reductions")
+
+    def __init__(self, nodes, shape, reductions):
+        self.nodes = nodes
+        self.shape = shape
+        self.reductions = reductions
+
+    def __repr__(self):
+        return f"<FusionGroup {list(self.shape)} nodes={self.nodes} reductions={self.reductions}>"
+
+
+def fusible(g, v):
+    """Can node v be computed inside a kernel?  It must be a single-output
+    elementwise primitive with a CUDA expression in its registry row, of a
+    dtype the kernel can hold, producing at least one element (an empty
+    result needs no kernel, and a zero-sized grid cannot be launched)."""
+    d = g.nodes[v]
+    if d["op"] in ("input", "const", "proj") or d.get("avals") is not None:
+        return False
+    prim = primitives.REGISTRY.get(d["op"])
+    if prim is None or not prim.elementwise or prim.cuda is None:
+        return False
+    if str(d["dtype"]) not in FUSIBLE_DTYPES or int(np.prod(d["shape"])) == 0:
+        return False
+    for u in ir.operands(g, v):
+        du = g.nodes[u]
+        if du["op"] == "const" and not isinstance(du["value"], np.ndarray):
+            continue  # a Python scalar becomes a literal
+        if du.get("dtype") is None or str(du["dtype"]) not in FUSIBLE_DTYPES:
+            return False
+    return True
+
+
+def _fused_reduction(g, r, member_of):
+    """Is node r a reduction the kernel computing its operand can finish?
+
+    Only a ``sum`` over every axis, of a float operand computed in a group,
+    in the operand's dtype: the kernel accumulates one partial sum per
+    thread in a register and stores it, and the driver sums the few
+    thousand partials with CuPy, so the operand itself never reaches
+    memory.  Partial-axis sums stay with CuPy (its reduction kernels beat a
+    strided grid-stride loop), as do max/min/prod."""
+    d = g.nodes[r]
+    if d["op"] != "sum":
+        return False
+    (u,) = ir.operands(g, r)
+    du = g.nodes[u]
+    if u not in member_of or du["dtype"] != d["dtype"] or du["dtype"].kind != "f":
+        return False
+    return tuple(d["attrs"]["axis"]) == tuple(range(len(du["shape"])))
+
+
+def fusion_groups(g):
+    """Partition the fusible nodes of ``g`` into kernels: the one cost
+    function of the CUDA and native CPU targets.
+
+    Cost model: an elementwise kernel (a GPU grid-stride loop or a CPU
+    vector loop) is bound by memory traffic and call count, not arithmetic,
+    so every edge kept inside a kernel saves a store, a load and (for the
+    last user) an allocation, and every merge saves a launch.  Fusing is
+    therefore always profitable, subject to three rules that keep a kernel
+    one loop without redundant work:
+
+    1. **Same iteration space.**  All nodes of a group produce the same
+       shape; operands from outside the group may have any shape that
+       broadcasts to it (the kernel reads them through constant strides).
+       A smaller node feeding a larger one (``x[:, None] * y``) is not
+       pulled in: it would be recomputed once per broadcast element.
+    2. **Connected.**  Nodes join the group of an operand they read; two
+       unrelated chains of the same shape stay separate kernels (merging
+       them saves a launch but no traffic, and keeps kernels readable).
+    3. **Convex.**  No path may leave a group and come back into it (through
+       a reduction, a matmul, another kernel...): the contracted graph must
+       stay acyclic, or no launch order exists.  Checked on each merge.
+
+    Reductions, matrix products, indexing and shape ops break groups: they
+    run as library calls between kernels.  Exception: a full ``sum`` of a
+    value computed in a group becomes that kernel's epilogue
+    (``_fused_reduction``); W2's forward and both gradients are then a
+    single kernel.
+
+    The convexity check is near-linear in the graph's size: each node keeps
+    a bit set (a Python int) of the groups it is reachable from, and each
+    group the edges that enter it from a node reachable from some group
+    (the only edges that can close a cycle).  A merge then checks only those
+    edges, never walks the graph.
+
+    Returns ``FusionGroup``s ordered by their first node; the generator
+    schedules them among the other nodes on the contracted graph, which
+    convexity keeps acyclic."""
+    order = ir.topo_order(g)
+    index = {v: i for i, v in enumerate(order)}
+    member_of = {}   # node -> group id (one of its nodes)
+    groups = {}      # group id -> list of nodes
+    ids = {}         # group id -> bit set (a Python int) of every group id merged into it
+    sources = {}     # group id -> nodes outside it, reachable from some group, that it reads
+    srcmask = {}     # group id -> OR of mask(w) over its sources (an over-approximation)
+    reach = {}       # node -> bit set of the groups (ids at the time) with a path to it
+
+    def mask(w):
+        m = reach[w]
+        gid = member_of.get(w)
+        return m | (1 << index[gid]) if gid is not None else m
+
+    def escapes(h, cand, cand_ids):
+        """Does a source of group h (outside ``cand``) have a path from ``cand``?"""
+        if not srcmask[h] & cand_ids:
+            return False
+        exact = 0
+        found = False
+        for w in sources[h]:
+            m = mask(w)
+            exact |= m
+            if member_of.get(w) not in cand and m & cand_ids:
+                found = True
+        srcmask[h] = exact
+        return found
+
+    for v in order:
+        r = 0
+        for u in g.predecessors(v):
+            r |= mask(u)
+        reach[v] = r        # the groups with a path to v
+        if not fusible(g, v):
+            continue
+        shape = g.nodes[v]["shape"]
+        ops = ir.operands(g, v)
+        own = {u for u in ops if mask(u)}
+        own_mask = 0
+        for u in own:
+            own_mask |= mask(u)
+        merged_ids, merged_gids = 0, []
+        for u in ops:
+            gid = member_of.get(u)
+            if gid is None or gid in merged_gids or g.nodes[u]["shape"] != shape:
+                continue
+            cand = set(merged_gids) | {gid}
+            cand_ids = merged_ids | ids[gid]
+            # a path out of the candidate and back in enters it through a
+            # source of one of its parts (or of v) that the candidate reaches
+            cycle = any(member_of.get(w) not in cand and mask(w) & cand_ids for w in own) \
+                if own_mask & cand_ids else False
+            cycle = cycle or any(escapes(h, cand, cand_ids) for h in cand)
+            if not cycle:
+                merged_gids.append(gid)
+                merged_ids = cand_ids
+        if not merged_gids:
+            groups[v], ids[v], sources[v], srcmask[v] = [v], 1 << index[v], own, own_mask
+            member_of[v] = v
+            continue
+        # the largest lists and sets absorb the smaller ones (near-linear
+        # merging); the largest group's id names the merged one
+        gid = max(merged_gids, key=lambda h: len(groups[h]))
+        nodes = groups[gid]
+        src = max([sources[h] for h in merged_gids] + [own], key=len)
+        smask = own_mask
+        for h in merged_gids:
+            smask |= srcmask[h]
+            if h != gid:
+                for u in groups.pop(h):
+                    member_of[u] = gid
+                    nodes.append(u)
+                    src.discard(u)
+        nodes.append(v)
+        member_of[v] = gid
+        for part in [sources[h] for h in merged_gids] + [own]:
+            if part is not src:
+                src.update(w for w in part if member_of.get(w) != gid)
+        for h in merged_gids:
+            if h != gid:
+                del ids[h], sources[h], srcmask[h]
+        ids[gid], sources[gid], srcmask[gid] = merged_ids, src, smask
+
+    # A sum joins the kernel of its operand only when no node of that kernel
+    # reads it (x / sum(x * x) in one group would be a cycle): one forward
+    # pass carries, per node, the bit set of candidate sums it depends on.
+    candidates = [v for v in order if g.nodes[v]["op"] == "sum"
+                  and _fused_reduction(g, v, member_of)]
+    bit = {r: 1 << k for k, r in enumerate(candidates)}
+    after = {}       # node -> bit set of the candidate sums it depends on
+    for v in order:
+        m = 0
+        for u in g.predecessors(v):
+            m |= after.get(u, 0) | bit.get(u, 0)
+        if m:
+            after[v] = m
+    read_in_group = {gid: 0 for gid in groups}
+    for v, m in after.items():
+        if v in member_of:
+            read_in_group[member_of[v]] |= m
+    reductions = {gid: [] for gid in groups}
+    for r in candidates:
+        gid = member_of[ir.operands(g, r)[0]]
+        if not read_in_group[gid] & bit[r]:
+            reductions[gid].append(r)
+    out = []
+    for gid, nodes in groups.items():
+        ordered = sorted(nodes, key=index.__getitem__)
+        out.append(FusionGroup(ordered, tuple(g.nodes[ordered[0]]["shape"]), reductions[gid]))
+    out.sort(key=lambda grp: index[grp.nodes[0]])
+    return _without_cycles(g, out, index)
+
+
+def _without_cycles(g, groups, index):
+    """``groups`` with no cycle left in the contracted graph.
+
+    The merge checks above follow paths between nodes; a path through a
+    third group's kernel (in through one of its nodes, out through another
+    or through its fused sum) can still close a cycle once groups are
+    contracted.  One linear check of the contracted graph finds it; while
+    there is one, the groups on it first give up their fused sums, then
+    their fusion (their nodes become kernels of one node each)."""
+    import networkx as nx
+    while True:
+        unit_of = {}
+        for gi, grp in enumerate(groups):
+            for v in list(grp.nodes) + list(grp.reductions):
+                unit_of[v] = ("g", gi)
+        c = nx.DiGraph()
+        for a, b in g.edges():
+            ua, ub = unit_of.get(a, ("n", a)), unit_of.get(b, ("n", b))
+            if ua != ub:
+                c.add_edge(ua, ub)
+        try:
+            cycle = nx.find_cycle(c)
+        except nx.NetworkXNoCycle:
+            return groups
+        on_cycle = sorted({u[1] for edge in cycle for u in edge[:2] if u[0] == "g"})
+        if any(groups[gi].reductions for gi in on_cycle):
+            for gi in on_cycle:
+                groups[gi] = FusionGroup(groups[gi].nodes, groups[gi].shape, [])
+            continue
+        keep = [grp for gi, grp in enumerate(groups) if gi not in on_cycle]
+        for gi in on_cycle:
+            keep.extend(FusionGroup([v], groups[gi].shape, []) for v in groups[gi].nodes)
+        groups = sorted(keep, key=lambda grp: index[grp.nodes[0]])

@@ -1,0 +1,257 @@
+"""The one registry of primitives.
+
+Every primitive is a single ``Primitive`` row holding all of its rules:
+
+* ``impl(xp, *arrays, **attrs)``: the computation on concrete arrays, written
+  against the array module ``xp`` it is handed (``numpy`` or ``cupy``).
+* ``shape(*avals, **attrs)``: output ``Aval`` (shape, dtype) from the input
+  avals, without computing.  Python scalars appear as themselves.
+* ``vjp``: the reverse-mode rule.  Either a tuple with one entry per input,
+  ``rule(g, out, *inputs, **attrs) -> cotangent`` (``None`` for an input that
+  has no gradient), or one callable returning a tuple of cotangents.  Rules
+  are written with tracegrad's own ops, so the same rule runs eagerly on
+  Tensors, under ``create_graph=True``, and symbolically on tracers.  A rule
+  may return its cotangent in the broadcast output shape: ``unbroadcast``
+  reduces it back to the input's shape in one place, not in every rule.
+* ``jvp``: the forward-mode rule, a tuple with one entry per input,
+  ``rule(t, out, *inputs, **attrs) -> tangent contribution``, summed over the
+  inputs that have a tangent, or one callable ``rule(tangents, out, *inputs,
+  **attrs)`` taking the tuple of tangents (``None`` where zero).
+* ``numpy``: the NumPy emitter, a format string over the operand names
+  (``{0}``, ``{1}``...) and attributes (``{axis}``, formatted with ``repr``),
+  or a callable ``(names, **attrs) -> expression``.
+* ``cupy``: the CuPy driver's expression where NumPy's does not carry over.
+* ``cuda``: the CUDA elementwise expression (same format), for fusible ops.
+* ``batch``: optional batching rule (vmap) where the generic ones in
+  ``tracegrad.ir.batching`` do not fit.
+
+Values flowing through ``bind`` are eager ``Tensor``s, tracing ``Tracer``s,
+NumPy/CuPy arrays and Python scalars.  ``bind`` hands the call to the
+interpreter that owns the values: the trace when any operand is a tracer,
+otherwise the eager engine.
+"""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import numpy as np
+
+
+class Aval(NamedTuple):
+    """Abstract value: what the shape rules see and produce."""
+    shape: tuple
+    dtype: np.dtype
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+class Primitive:
+    __slots__ = ("name", "impl", "shape", "vjp", "jvp", "numpy", "cupy", "cuda",
+                 "nondiff", "n_out", "save_inputs", "save_out", "view", "may_view",
+                 "ufunc", "helpers", "elementwise", "batch", "backward_name", "doc",
+                 "torch_promotes")
+
+    def __init__(self, name, impl, shape=None, vjp=None, jvp=None, numpy=None,
+                 cupy=None, cuda=None, nondiff=False, n_out=1, save_inputs=True,
+                 save_out=False, view=False, may_view=False, ufunc=None, helpers=(),
+                 elementwise=False, batch=None, doc=None):
+        self.name = name
+        self.impl = impl
+        self.torch_promotes = _TORCH_PROMOTED.get(name, False)
+        self.shape = shape
+        self.vjp = vjp
+        self.jvp = jvp
+        self.numpy = numpy
+        # cupy: the CUDA driver's call where the NumPy emitter's does not
+        # exist in CuPy (ufunc reductions); None: the NumPy emitter serves both
+        self.cupy = cupy
+        self.cuda = cuda
+        # nondiff: outputs never carry a gradient (comparisons, argmax).
+        self.nondiff = nondiff
+        # n_out: 1 for a single array, k for a tuple of k, or a callable
+        # (**attrs) -> k for ops like split.
+        self.n_out = n_out
+        # What the vjp rule reads, so the tape keeps only that alive and the
+        # in-place check only fires for values the backward really needs.
+        self.save_inputs = save_inputs
+        self.save_out = save_out
+        # view: the eager output shares memory (and version counter) with
+        # operand 0.
+        self.view = view
+        # may_view: the emitted NumPy call may return a view of an operand
+        # for some attributes (a one-operand einsum), so the code generator's
+        # buffer planner must never write into that operand while the
+        # result lives.  ``view`` rows and "{0}" emitters alias by nature.
+        self.may_view = may_view
+        # ufunc: NumPy ufunc name when the op is one, so codegen may write
+        # into a reused buffer with out=.
+        self.ufunc = ufunc
+        # helpers: names of functions in tracegrad.ops.runtime_numpy that the
+        # numpy emitter calls; codegen copies their source into the module.
+        self.helpers = tuple(helpers)
+        self.elementwise = elementwise
+        # batch(vals, flags, B, **attrs): the op on operands of which those
+        # flagged carry a leading batch axis (see tracegrad.ir.batching); only
+        # for ops the generic batching rules get wrong or make slow.
+        self.batch = batch
+        self.backward_name = "".join(p.capitalize() for p in name.split("_")) + "Backward0"
+        self.doc = doc
+
+    @property
+    def aliases_operands(self):
+        """Can the generated NumPy result share memory with an operand?"""
+        return self.view or self.may_view or self.numpy == "{0}"
+
+    def num_outputs(self, attrs):
+        n = self.n_out
+        return n(**attrs) if callable(n) else n
+
+    def __repr__(self):
+        return f"<primitive {self.name}>"
+
+    def bind(self, *args, **attrs):
+        return bind(self, *args, **attrs)
+
+
+REGISTRY: dict[str, Primitive] = {}
+
+
+def register(name, impl, **rules) -> Primitive:
+    """Add a row to the registry and return it."""
+    if name in REGISTRY:
+        raise ValueError(f"primitive {name!r} is registered twice")
+    p = Primitive(name, impl, **rules)
+    REGISTRY[name] = p
+    return p
+
+
+def get(name) -> Primitive:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise NotImplementedError(
+            f"tracegrad has no primitive named {name!r}; known primitives: "
+            f"{', '.join(sorted(REGISTRY))}") from None
+
+
+# --- dispatch ---------------------------------------------------------------
+# The trace module installs its binder and its value type here on import;
+# until then no tracer can exist, and the eager path tests nothing.
+_eager_bind: Callable = None  # set by tracegrad.eager.tensor
+_trace_bind: Callable = None  # set by tracegrad.frontend.trace
+_tracer_type = None           # set by tracegrad.frontend.trace
+
+
+# The torch dialect's type promotion.  NumPy (NEP 50) lets a 0-d array decide
+# the dtype like any other operand; torch lets the dimensioned tensors decide
+# within a category (bool < integer < floating < complex): float32[3] *
+# float64[] is float32 there, int32[3] + int64[] is int32.  For these rows
+# (with the operands that promote; where's condition does not), a 0-d
+# torch-face operand whose category is not above the dimensioned operands'
+# is cast to their dtype first, so the shape rule, the impl and every
+# derivative see torch's dtypes.  NumPy-face values keep NumPy's rule.
+# (Each row's ``torch_promotes``: True, or the positions that promote.  The
+# eager interpreter calls torch_promotion only when it met a 0-d Tensor.)
+_TORCH_PROMOTED = {name: True for name in (
+    "add", "sub", "mul", "div", "pow", "maximum", "minimum", "fmax", "fmin", "fmod",
+    "remainder", "floor_divide", "arctan2", "hypot", "copysign", "logaddexp", "logaddexp2")}
+_TORCH_PROMOTED["where"] = (1, 2)
+_CATEGORY = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
+
+
+def torch_promotion(prim, args):
+    """``args`` with torch's promotion applied (see above), or ``args``
+    itself when nothing changes."""
+    positions = prim.torch_promotes
+    if positions is True:
+        positions = range(len(args))
+    torch_face = False
+    dims, zeros = [], []
+    for i in positions:
+        face = getattr(args[i], "_face", None)
+        if face is None:        # a Python number or a NumPy constant: weak as in both
+            continue
+        torch_face |= face == "torch"
+        (dims if len(args[i].shape) else zeros).append(i)
+    if not (torch_face and zeros and dims):
+        return args
+    ddt = np.result_type(*[aval_of(args[i]).dtype for i in dims])
+    out = None
+    for i in zeros:
+        dt = aval_of(args[i]).dtype
+        if dt != ddt and _CATEGORY.get(dt.kind, 9) <= _CATEGORY.get(ddt.kind, 9):
+            out = out or list(args)
+            out[i] = bind(REGISTRY["astype"], args[i], dtype=ddt.name)
+    return tuple(out) if out else args
+
+
+def bind(prim: Primitive, *args, **attrs):
+    tracer = _tracer_type
+    if tracer is not None:
+        for a in args:
+            if type(a) is tracer:
+                if prim.torch_promotes:
+                    args = torch_promotion(prim, args)
+                return _trace_bind(prim, args, attrs)
+    return _eager_bind(prim, args, attrs)
+
+
+# --- helpers every rule table shares ---------------------------------------
+
+def array_module(*arrays):
+    """numpy, or cupy when any operand lives on the GPU."""
+    for a in arrays:
+        mod = type(a).__module__
+        if mod.startswith("cupy"):
+            import cupy
+            return cupy
+    return np
+
+
+def aval_of(x) -> Aval:
+    if isinstance(x, Aval):
+        return x
+    shape = getattr(x, "shape", None)
+    if shape is not None and hasattr(x, "dtype"):
+        return Aval(tuple(shape), np.dtype(x.dtype))
+    return Aval((), np.result_type(x))
+
+
+def broadcast_shapes(*shapes):
+    """np.broadcast_shapes, in plain Python for the common cases (tracing
+    calls it for every elementwise op); NumPy's own raises the errors."""
+    ndim = max(map(len, shapes), default=0)
+    out = [1] * ndim
+    for s in shapes:
+        for i, d in enumerate(s, ndim - len(s)):
+            if d != 1:
+                if out[i] != 1 and out[i] != d:
+                    return tuple(np.broadcast_shapes(*shapes))   # NumPy's error
+                out[i] = d
+    return tuple(out)
+
+
+def result_dtype(*operands):
+    """NumPy's promotion, with Python scalars weak (NEP 50)."""
+    conv = []
+    for o in operands:
+        if isinstance(o, Aval):
+            conv.append(o.dtype)
+        elif isinstance(o, (bool, int, float, complex)):
+            conv.append(o)
+        else:
+            conv.append(np.dtype(o.dtype))
+    return np.result_type(*conv)
+
+
+def is_float(dtype) -> bool:
+    return np.issubdtype(dtype, np.inexact)

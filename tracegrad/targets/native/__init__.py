@@ -1,0 +1,5 @@
+"""The native CPU target: C kernels (or one C function per graph) under a
+NumPy driver, built by the user's C compiler (docs/native.md).
+
+May import: tracegrad.ops, tracegrad.ir, tracegrad.targets.templates, tracegrad.targets.pysource, tracegrad.targets.cstyle.
+"""

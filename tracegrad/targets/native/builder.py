@@ -1,0 +1,42 @@
+"""The native target's builder, as this process runs it.
+
+``codegen_templates/native_loader.py`` finds the compiler, probes it, builds
+a module's C and loads the result; it is pasted into every generated native
+module (a module written by ``tracegrad compile`` needs no tracegrad) and run
+here once per process, for the recipe's probes (``runtime.toolchain``) and
+for the few facts the generator prints (the vector math declarations).
+"""
+from __future__ import annotations
+
+import os
+
+from tracegrad.targets.templates import template_dir
+
+_loader_ns = {}
+
+
+def loader_text():
+    with open(os.path.join(template_dir(), "native_loader.py"), encoding="utf-8") as f:
+        return f.read()
+
+
+def loader():
+    """The builder's functions (native_loader.py, run once per process)."""
+    if not _loader_ns:
+        ns = {"__name__": "tracegrad_native_loader"}
+        exec(compile(loader_text(), "native_loader.py", "exec"), ns)
+        _loader_ns.update(ns)
+    return _loader_ns
+
+
+def build_error():
+    """The class of the builder's errors."""
+    return loader()["NativeBuildError"]
+
+
+def whole_enabled():
+    """Does a graph whose every node has a C form become one C function?
+    On by default; ``TRACEGRAD_NATIVE_WHOLE=0`` keeps every graph in the
+    driver structure with a C kernel per fused group."""
+    return (os.environ.get("TRACEGRAD_NATIVE_WHOLE") or "1").strip().lower() \
+        not in ("0", "off", "no", "false")

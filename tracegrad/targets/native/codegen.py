@@ -1,0 +1,425 @@
+"""The native CPU target: IR graphs to C kernels plus a NumPy driver module.
+
+It shares the CUDA target's C-style renderer (``cstyle.Kernel``:
+parameters, loads, index arithmetic, one line per node, stores,
+accumulators) and its driver structure; this module is the CPU's row of the
+per-target table (STYLE.md, 5): the loop header and the blocked pairwise
+epilogue of a fused sum (``native_kernels.c.j2``), the math prelude (C's
+``f``-suffixed float functions, ``_Generic`` helpers, glibc's vector math
+declarations), and the entry: a CPython extension function per kernel
+(``native_kernels.c.j2``; a ctypes call where Python's or NumPy's headers
+are missing) from a NumPy driver (``native_driver.py.j2``).  Matrix products, reductions over some axes,
+indexing and shape ops stay NumPy calls between the kernels, so BLAS does
+the matrix products.
+
+A graph whose every node (loop bodies included) has a C form is instead ONE
+C function (``whole.WholeFunction``): its kernels, sums, copies
+and loops in C, one call from Python per graph call.
+
+Kernels above a size threshold (``threaded``) split their blocks among the
+recipe's threads (``TRACEGRAD_NUM_THREADS``, OpenMP); a fused sum's block
+sums are then added pairwise in block order, as on one thread.
+
+The build recipe (compiler, flags, ISA level, vector math) and the builder
+live in ``codegen_templates/native_loader.py``, pasted into every generated
+module: a module written by ``tracegrad compile --backend native`` builds
+itself with NumPy and a C compiler alone, and tracegrad probes the compiler
+through the same text.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from tracegrad.targets.native import builder, whole
+from tracegrad.targets import cstyle, pysource, templates
+from tracegrad.ir import graph as ir
+from tracegrad._version import __version__
+
+# C's float functions carry an f; the registry's expressions use the
+# (CUDA-overloaded) double names.
+_MATH = ("exp", "log", "sin", "cos", "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh",
+         "tanh", "asinh", "acosh", "atanh", "exp2", "expm1", "log1p", "log2", "log10", "sqrt",
+         "pow", "fabs", "floor", "ceil", "rint", "trunc", "lgamma", "erf", "fmod", "fmin",
+         "fmax", "hypot", "copysign", "rsqrt", "sinpi")
+_MATH_RE = re.compile(r"\b(" + "|".join(_MATH) + r")\(")
+_CLASSIFY_RE = re.compile(r"\b(isnan|isinf|isfinite)\(")
+
+
+def _c_math(expr, dtype):
+    """A registry expression in C for compute dtype ``dtype``."""
+    dt = np.dtype(dtype)
+    if dt == np.float32:
+        return _MATH_RE.sub(lambda m: m.group(1) + "f(", expr)
+    if dt.kind in "iub":
+        # C's classification macros take floating operands only: an integer
+        # is never NaN or infinite
+        return _CLASSIFY_RE.sub(lambda m: {"isnan": "0 * (", "isinf": "0 * (",
+                                           "isfinite": "1 + 0 * ("}[m.group(1)], expr)
+    return expr
+
+
+_C_SIZES = {"float": 4, "double": 8, "bool": 1, "signed char": 1, "unsigned char": 1,
+           "short": 2, "unsigned short": 2, "int": 4, "unsigned int": 4, "long long": 8,
+           "unsigned long long": 8}
+
+# the buffer protocol's format characters of each C type (native order)
+_FORMATS = {"float": "f", "double": "d", "bool": "?", "signed char": "b", "unsigned char": "B",
+            "short": "h", "unsigned short": "H", "int": "i", "unsigned int": "I",
+            "long long": "lq", "unsigned long long": "LQ"}
+
+C = cstyle.Target(
+    "native C",
+    acc_store="{param}[0] = {acc};",   # replaced by the pairwise epilogue (_launch)
+    pass_array="np.ascontiguousarray({arg}, dtype={dtype!r})",
+    library="NumPy",
+    math=_c_math)
+
+
+# A driver function keeps the buffers of intermediates that never leave the
+# call from one call to the next, up to this many bytes per set of buffers
+# (docs/native.md, "Buffers"); beyond that they are allocated per call.
+KEPT_MAX_BYTES = 64 << 20
+
+
+class Function(cstyle.Function):
+    """One graph lowered to a NumPy driver function calling C kernels.
+
+    Buffers: the NumPy target's planner (``pysource.BufferPlanner``) runs
+    over the driver's statements (one per kernel or NumPy call).  A kernel
+    output, or a NumPy ufunc's result (``out=``), goes into the buffer of a
+    value dead by then with its shape and dtype; failing that, a value that
+    never leaves the call (no graph output is, or may be a view of, it)
+    gets a buffer kept between calls, taken from the function's
+    ``_Scratch`` (native_driver.py.j2) when the call starts and given back
+    when it returns.  Graph outputs are always fresh arrays of this call."""
+
+    target = C
+
+    def __init__(self, g, name, arg_names, doc, module, prefix, internal=False):
+        super().__init__(g, name, arg_names, doc, module, prefix, internal=internal)
+        self.scratch = list(self._plan.kept)
+        if self.scratch:
+            handle = f"_scratch_{self.name}"
+            self.body.insert(0, {"code": f"_s = {handle}.take()",
+                                 "comment": f"{len(self.scratch)} buffers kept between calls",
+                                 "source": None})
+            self.body.append({"code": f"{handle}.give(_s)", "comment": None, "source": None})
+
+    @staticmethod
+    def _library_emitter(prim):
+        return prim.numpy
+
+    # --- buffers ---------------------------------------------------------------------------
+
+    def _plan_buffers(self, g, units, groups):
+        steps, self._step_of = [], {}
+        for i, unit in enumerate(units):
+            if unit[0] == "g":
+                grp = groups[unit[1]]
+                members = set(grp.nodes) | set(grp.reductions)
+                reads = []
+                for w in list(grp.nodes) + list(grp.reductions):
+                    for u in ir.operands(g, w):
+                        if u not in members:
+                            reads.append(u)
+                            if g.nodes[u]["op"] == "broadcast_to":   # the kernel reads its source
+                                reads += ir.operands(g, u)
+                self._step_of[id(grp)] = i
+            else:
+                reads = ir.operands(g, unit[1])
+                self._step_of[unit[1]] = i
+            steps.append(reads)
+        self._steps = steps
+        order = [v for v in ir.topo_order(g) if g.nodes[v]["op"] != "input"]
+        self._plan = pysource.BufferPlanner(g, order, steps, keep_between_calls=True)
+        self._released = 0
+        self._kept_bytes = 0
+        self._c_vars = set()   # variables holding C-contiguous arrays of their node's dtype
+        self._kernel_0d = set()    # 0-d values a kernel computes (0-d arrays in the driver)
+
+    def _returned(self, v, name):
+        # a 0-d value a kernel computes is returned as a NumPy scalar, as
+        # NumPy's ufuncs return it and the NumPy target does
+        return f"{name}[()]" if v in self._kernel_0d else name
+
+    def _advance(self, i):
+        """Statement i is next: pool the buffers of the values dead before it."""
+        while self._released < i:
+            self._plan.release(self._steps[self._released], self._released)
+            self._released += 1
+
+    def _keep(self, shape, dtype):
+        """Room for one more kept buffer?"""
+        n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        if self._kept_bytes + n > KEPT_MAX_BYTES:
+            return False
+        self._kept_bytes += n
+        return True
+
+    def _kernel_output(self, g, v, var, i, names):
+        """The statement giving kernel output v (variable ``var``) its
+        C-contiguous buffer."""
+        plan, d = self._plan, g.nodes[v]
+        what = f"%{v} {d['op']}"
+        u = plan.take(v, i, need=frozenset({"c_order"}))
+        if u is not None:
+            plan.own(v)
+            code, comment = f"{var} = {names[u]}", f"{what}: into the buffer of %{u}, dead"
+        elif plan.may_keep(v) and self._keep(d["shape"], d["dtype"]):
+            code, comment = f"{var} = _s[{plan.keep(v)}]", f"{what} (a buffer kept between calls)"
+        else:
+            plan.own(v, ("c_order",))
+            code, comment = (f"{var} = np.empty({tuple(d['shape'])!r}, dtype={d['dtype'].name!r})",
+                             what)
+        self._c_vars.add(var)
+        self.body.append({"code": code, "comment": comment, "source": None})
+
+    def _library_statement(self, g, v, var, e, prim, args, names):
+        i = self._step_of[v]
+        self._advance(i)
+        d = g.nodes[v]
+        ops = ir.operands(g, v)
+        ufunc = pysource.ufunc_of(prim, len(ops))
+        if not (ufunc and d.get("shape") and d.get("avals") is None):
+            return f"{var} = {e}"
+        plan = self._plan
+        u = plan.take(v, i, pysource.inplace_operands(prim, ufunc, ops))
+        if u is not None:
+            plan.own(v)
+            if "c_order" in plan.tags.get(v, ()):
+                self._c_vars.add(var)
+            return f"{var} = {ufunc}({', '.join(args)}, out={names[u]})"
+        if plan.may_keep(v) and self._keep(d["shape"], d["dtype"]):
+            self._c_vars.add(var)
+            return f"{var} = {ufunc}({', '.join(args)}, out=_s[{plan.keep(v)}])"
+        plan.own(v)
+        return f"{var} = {e}"
+
+    def _launch(self, g, kern, kname, module, names, fresh):
+        handle = f"_{kname}"
+        module.kernel(kname, kern.n)
+        module.kernel_handles[-1].update(nargs=len(kern.params))
+        i = self._step_of[id(kern.group)]
+        self._advance(i)
+        self.body.append({"code": None, "comment": None,
+                          "source": f"kernel {kname}: {kern.describe(g)}"})
+        for v, var in kern.outputs:
+            self._kernel_output(g, v, var, i, names)
+            if g.nodes[v]["shape"] == ():
+                self._kernel_0d.add(v)
+        for (r, var, dt), acc in zip(kern.partials, kern.accs):
+            d = g.nodes[r]
+            suffix = "f32" if dt == np.float32 else "f64"
+            acc.update(r=r, suffix=suffix, acc=f"acc{r}",
+                       store=f"part_t{r}[0] = tg_pw_done_{suffix}(&pw{r});")
+            if d["shape"] == () and self._keep((), dt):
+                # read back as a NumPy scalar below: the array never leaves the call
+                self._plan.kept.append(((), dt.name))
+                self.body.append({"code": f"{var} = _s[{len(self._plan.kept) - 1}]",
+                                  "comment": f"%{r} sum, finished in {kname} (a buffer kept "
+                                             f"between calls)", "source": None})
+                self._c_vars.add(var)
+            elif d["shape"] == ():
+                self.body.append({"code": f"{var} = np.empty((), dtype={dt.name!r})",
+                                  "comment": f"%{r} sum, finished in {kname}", "source": None})
+            else:
+                self._kernel_output(g, r, var, i, names)
+            names[r] = var
+        fresh |= self._c_vars
+        args = []
+        for a in kern.args:
+            m = re.fullmatch(r"np\.ascontiguousarray\((\w+), dtype='(\w+)'\)", a)
+            args.append(m.group(1) if m and m.group(1) in fresh else a)
+        self.body.append({"code": f"{handle}({', '.join(args)})",
+                          "comment": f"call {kname}", "source": None})
+        for r, var, dt in kern.partials:
+            if g.nodes[r]["shape"] == ():
+                # a NumPy scalar, as np.sum returns, not a 0-d array
+                names[r] = f"t{r}"
+                self.body.append({"code": f"t{r} = {var}[()]", "comment": f"%{r} sum",
+                                  "source": None})
+
+
+# Kernels of at least PARALLEL_MIN elements (PARALLEL_MIN_MATH where the loop
+# calls a math function: sin, exp, ...) split their loop among the recipe's
+# threads (TRACEGRAD_NUM_THREADS); below that waking a second thread costs
+# more than it saves (measured in docs/native.md, "Threads").
+PARALLEL_MIN = 1 << 15
+PARALLEL_MIN_MATH = 1 << 14
+_CALL_RE = re.compile(r"\b(" + "|".join(_MATH) + r")f?\(")
+
+
+def threaded(kern):
+    """Is this kernel's loop split among threads (when the recipe has them)?"""
+    if kern.n >= PARALLEL_MIN:
+        return True
+    return kern.n >= PARALLEL_MIN_MATH and any(_CALL_RE.search(s["code"] or "")
+                                               for s in kern.body)
+
+
+# Below this many element operations a call runs its C code without
+# releasing the GIL: releasing and taking it back costs 40-50 ns, more than
+# tiny work takes, and other threads wait a few microseconds at most.
+GIL_MIN_WORK = 1 << 13
+
+
+def _npy_type(dtype):
+    """NumPy's C type number of a dtype name (NPY_FLOAT64, NPY_BOOL, ...)."""
+    return "NPY_BOOL" if dtype == "bool" else f"NPY_{dtype.upper()}"
+
+
+def whole_entry(f):
+    """The template's view of a whole function's entry: it takes the input
+    arrays (and large constants), checks them, allocates the outputs and
+    returns them (0-d computed values as NumPy scalars)."""
+    n_in = len(f.params) - len(f.out_params)
+    ins = [{"ctype": ct, "bytes": n * _C_SIZES[ct], "npy": _npy_type(dt), "dtype": dt}
+           for (_, ct, n, _w), (dt, _n) in zip(f.params[:n_in], f.in_info)]
+    outs = [dict(o, p=p, ctype=ct, npy=_npy_type(o["dtype"]))
+            for p, (o, (_, ct, _n, _w)) in enumerate(zip(f.outs, f.out_params))]
+    call = [f"in{j}" for j in range(n_in)] + [
+        f"&s{p}" if o["scalar"] else f"({o['ctype']}*)PyArray_DATA((PyArrayObject*)out[{p}])"
+        for p, o in enumerate(outs)]
+    return {"name": f.cname, "ins": ins, "outs": outs, "work": f.work, "call_args": call,
+            "gil": f.work >= GIL_MIN_WORK}
+
+
+# A kernel that reads an operand through broadcast strides loops over the
+# rows of its last axis when a row has at least ROW_MIN elements: the flat
+# loop computes each coordinate with a division and a remainder per element
+# and gathers the broadcast operand; the row loop computes the outer
+# coordinates once per row and reads the operand contiguously (W3's bias
+# add and tanh over [256, 256]: 175 us flat, 135 us by rows).
+ROW_MIN = 16
+
+
+def row_loop(kern):
+    """The row loop of a kernel (rows, row length, the coordinates computed
+    per row and per element), or None where the flat loop serves: no
+    broadcast operand, a fused sum (its blocks follow the flat index), or
+    rows shorter than ROW_MIN."""
+    S, axes = kern.shape, kern.coord_axes
+    last = len(S) - 1
+    if kern.accs or not axes or last < 1 or S[last] < ROW_MIN:
+        return None
+    shape = ", ".join(map(str, S))
+    outer = []
+    for j in axes:
+        if j == last:
+            continue
+        inner = cstyle.numel(S[j + 1:last])
+        e = "o" if inner == 1 else f"o / {inner}LL"
+        if j > 0:
+            e = f"({e}) % {int(S[j])}LL"
+        outer.append({"code": f"const long long c{j} = {e};",
+                      "comment": f"index along axis {j} of [{shape}], once per row"})
+    inner = [{"code": f"const long long c{last} = i - base;",
+              "comment": f"index along axis {last} of [{shape}]"}] if last in axes else []
+    return {"rows": kern.n // int(S[last]), "length": int(S[last]), "outer": outer,
+            "inner": inner}
+
+
+def c_source(functions, lowered, g_of, rec, header=()):
+    kernels, entries, wholes, whole_entries = [], [], [], []
+
+    def kernel_dict(kern, g):
+        k = kern.render_dict(g)
+        k["parallel"] = threaded(kern)
+        k["rows"] = row_loop(kern)
+        if k["rows"]:
+            k["coords"] = k["rows"]["inner"]
+        k["args"] = [{"ctype": ct, "bytes": n * _C_SIZES[ct], "writable": int(w),
+                      "cast": p.rsplit(" ", 1)[0].replace(" __restrict__", "")}
+                     for (ct, n, w), p in zip(kern.param_info, kern.params)]
+        return k
+
+    for f in lowered:
+        if isinstance(f, whole.WholeFunction):
+            for kern, g in f.kernels:
+                kernels.append(kernel_dict(kern, g))
+            wholes.append(f.c_text())
+            whole_entries.append(whole_entry(f))
+            continue
+        for kern in f.kernels:
+            k = kernel_dict(kern, g_of[id(f)])
+            k["gil"] = kern.n >= GIL_MIN_WORK
+            kernels.append(k)
+            entries.append({"name": k["name"], "args": k["args"], "n": kern.n, "gil": k["gil"]})
+    loader = builder.loader()
+    funcs = rec["vector_math"] if rec else []
+    return templates.environment().get_template("native_kernels.c.j2").render(
+        version=__version__, header=list(header), kernels=kernels, vector_math=funcs,
+        parallel_min=PARALLEL_MIN, parallel_min_math=PARALLEL_MIN_MATH,
+        vector_decls=loader["vector_math_decls"](funcs), entries=entries, wholes=wholes,
+        whole_entries=whole_entries, gil_min=GIL_MIN_WORK)
+
+
+def _lower(functions):
+    """(module, lowered functions, graph of each): a graph whose every node
+    has a C form becomes one C function (whole.WholeFunction),
+    any other keeps the driver structure (Function)."""
+    module = cstyle.DriverModule()
+    module.function_cls = Function
+    prefix_each = len(functions) > 1
+    lowered, g_of = [], {}
+    whole_on = builder.whole_enabled()
+    for g, name, args, doc in functions:
+        prefix = f"{cstyle.c_identifier(name)}_" if prefix_each else ""
+        if whole_on and any(g.nodes[v]["op"] not in ("input", "const") for v in g.nodes) \
+                and whole.why_not(g) is None:
+            f = whole.WholeFunction(g, name, args, doc, module, prefix,
+                                              f"tg_{prefix}w", _c_math)
+        else:
+            f = Function(g, name, args, doc, module, prefix)
+        g_of[id(f)] = g
+        lowered.append(f)
+    for f in module.extra:
+        g_of[id(f)] = f.graph
+    return module, module.extra + lowered, g_of
+
+
+def translation_unit(graph, header=(), rec=None) -> str:
+    """All kernels of one graph as one C file (``tracegrad show --format c``);
+    ``rec``: the build recipe (``runtime.toolchain``), None for none (no
+    vector math)."""
+    names = [graph.nodes[v].get("name", f"a{i}") for i, v in enumerate(graph.graph["inputs"])]
+    _, lowered, g_of = _lower([(graph, "run", names, "")])
+    return c_source(None, lowered, g_of, rec, header)
+
+
+def _array_args(f, g):
+    """The arguments a driver function converts with np.asarray: all but
+    object inputs (a np.random.Generator stays itself: its draws are calls)."""
+    return [a for a, v in zip(f.args, g.graph["inputs"]) if g.nodes[v]["dtype"] != object]
+
+
+def generate_driver(functions, source="", transform="", key="", rec=None, standalone=False):
+    """Source of one Python module holding a function per (graph, name, arg
+    names, docstring) in ``functions``, with the kernels of all of them in
+    one C file.  ``standalone``: the module finds the compiler itself when
+    imported (CC or cc) instead of using the recipe tracegrad chose, which
+    ``rec`` is otherwise (``runtime.toolchain.recipe()``)."""
+    if rec is None and not standalone:
+        raise ValueError("codegen (native): a driver needs the build recipe, or standalone=True")
+    module, lowered, g_of = _lower(functions)
+    csrc = c_source(functions, lowered, g_of, rec if not standalone else None)
+    return templates.environment().get_template("native_driver.py.j2").render(
+        version=__version__, source=source, transform=transform, key=key,
+        c_source=cstyle.py_string(csrc),
+        recipe=repr(None if standalone else {k: v for k, v in rec.items() if k != "presumed"}),
+        loader=builder.loader_text(), needs_math=module.needs_math,
+        needs_base64=module.needs_base64, helpers=module.helpers,
+        constants=module.constants,
+        kernels=module.kernel_handles,
+        wholes=[{"handle": f"_{f.cname}", "name": f.cname,
+                 "inputs": [(dt, n) for dt, n in f.in_info],
+                 "outputs": [(o["shape"], o["dtype"], o["scalar"]) for o in f.outs]}
+                for f in lowered if isinstance(f, whole.WholeFunction)],
+        functions=[{"name": f.name, "args": f.args, "doc": f.doc, "body": f.body,
+                    "returns": f.returns,
+                    "asarray": [] if isinstance(f, whole.WholeFunction) else
+                    _array_args(f, g_of[id(f)]),
+                    "scratch": getattr(f, "scratch", [])}
+                   for f in lowered])

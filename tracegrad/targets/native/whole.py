@@ -1,0 +1,523 @@
+"""The native target's whole-graph lowering: a graph whose every node has a
+C form becomes ONE C function, called once from Python per graph call.
+
+Applies when every node of the graph, and recursively of its loop bodies,
+is one of: an input, a constant, a fusible elementwise node (a registry row
+with a ``cuda=`` expression, grouped by ``passes.fusion_groups`` and
+rendered by ``cstyle.Kernel`` exactly as the kernel-per-group driver
+renders it), a ``sum`` over any axes, ``reshape`` (an alias: every value
+is a contiguous C-order buffer), ``broadcast_to``, ``transpose`` and basic
+``getitem`` (strided copies), ``index_add`` with a basic index (zeros and a
+strided scatter), ``zeros_like``, ``scan`` (``tg.fori_loop``, ``tg.scan``
+and rolled Python loops: a C ``for`` loop, forward or reverse, with xs
+slices read in place and stacked ys written in place) and ``proj`` of a
+scan's results.  Anything else (matrix products, gathers, while loops,
+branches...) keeps the driver structure of ``codegen.Function``.
+
+Storage: each value is a buffer of its static shape, on the stack while
+the function's stack use stays small (``STACK_BYTES``), on the heap
+otherwise; a loop body's buffers are declared once, outside the loop.
+The graph's outputs are allocated by the entry (the extension's function,
+with NumPy's C API, or the driver's ``_whole`` wrapper under ctypes), fresh
+each call, and written in place where the value is computed; the entry
+returns them (a computed 0-d value as a NumPy scalar).  Large constants are
+passed from the driver as arguments after the inputs, small ones are local
+arrays.  ``work`` counts the element operations of one call: under
+``codegen.GIL_MIN_WORK`` the entry keeps the GIL.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tracegrad.targets import cstyle, pysource
+from tracegrad.ir import graph as ir, passes
+
+STACK_BYTES = 1 << 17        # stack budget of one whole function's buffers
+SMALL_CONST = 64             # constants up to this many elements are written in C
+
+_VIEWS = ("reshape",)
+_COPIES = ("broadcast_to", "transpose", "getitem")
+
+
+def _size(shape):
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _body_graph(body, memo):
+    g = memo.get(body.key)
+    if g is None:
+        g = ir.from_trace(body)
+        passes.optimize(g)
+        memo[body.key] = g
+    return g
+
+
+def _basic_index(index):
+    return all(it[0] in ("s", "i", "n", "e") for it in index)
+
+
+def why_not(g, memo=None):
+    """None when ``g`` can be one C function, else the first reason why not."""
+    memo = {} if memo is None else memo
+    for v in g.nodes:
+        d = g.nodes[v]
+        op = d["op"]
+        if op == "scan":
+            a = d["attrs"]
+            if a["length"] <= 0:
+                return "a scan of no steps"
+            for av in d["avals"]:
+                if str(np.dtype(av.dtype)) not in passes.FUSIBLE_DTYPES or _size(av.shape) == 0:
+                    return f"scan %{v}: result {av.dtype}{list(av.shape)}"
+            why = why_not(_body_graph(a["body"], memo), memo)
+            if why is not None:
+                return f"scan %{v} body: {why}"
+            continue
+        if d.get("avals") is not None:
+            return f"%{v} {op}: several results"
+        if d.get("dtype") is None or str(d["dtype"]) not in passes.FUSIBLE_DTYPES:
+            return f"%{v} {op}: dtype {d.get('dtype')}"
+        if _size(d["shape"]) == 0:
+            return f"%{v} {op}: an empty array"
+        ops = ir.operands(g, v)
+        if op in ("input", "const"):
+            continue
+        if op == "proj":
+            if g.nodes[ops[0]]["op"] != "scan":
+                return f"%{v} proj of {g.nodes[ops[0]]['op']}"
+            continue
+        if op in _VIEWS or op in ("broadcast_to", "transpose", "zeros_like", "sum"):
+            continue
+        if op in ("getitem", "index_add"):
+            if len(ops) != 1 or not _basic_index(d["attrs"]["index"]):
+                return f"%{v} {op} with index arrays"
+            continue
+        if passes.fusible(g, v):
+            continue
+        return f"%{v} {op} has no C form"
+    return None
+
+
+def _strides(view, nshape):
+    """(offset, element strides) of ``view`` (a view of an arange)."""
+    assert tuple(view.shape) == tuple(nshape), (view.shape, nshape)
+    item = view.itemsize
+    off = int(view.flat[0]) if view.size else 0
+    return off, [s // item for s in view.strides]
+
+
+WHOLE = cstyle.Target(
+    "native C",
+    acc_store="{param}[0] = {acc};",
+    pass_array="{arg}",
+    library="NumPy",
+    math=None)
+
+
+class WholeFunction:
+    """One graph as one C function plus the driver lines that call it."""
+
+    def __init__(self, g, name, arg_names, doc, module, prefix, kernel_prefix, math):
+        self.name = pysource.function_name(name)
+        self.args = pysource.identifiers(arg_names, reserved={self.name})
+        self.doc = doc
+        self.graph = g
+        self.cname = f"tg_{prefix}whole"
+        self.module = module
+        self.kernel_prefix = kernel_prefix
+        WHOLE.math = math
+        self.kernels = []        # (Kernel, graph)
+        self.decls = []          # C declarations at the top of the function
+        self.frees = []
+        self.allocs = []
+        self.lines = []          # C statements
+        self.params = []         # (C declaration, C type, elements, writable): inputs, constants
+        self.in_info = []        # per input parameter: (dtype name, elements)
+        self.out_params = []     # the outputs' parameters, after the inputs' (same form)
+        self.outs = []           # per output parameter: shape, dtype, scalar, node
+        self.call = []           # driver expressions, one per input parameter
+        self.body = []           # driver statements
+        self.work = 0            # element operations of one call (loops counted in full)
+        self._mult = 1           # steps of the loops being emitted
+        self._n = 0
+        self._stack = 0
+        self._memo = {}
+        self._raw = []     # per parameter: the driver's raw argument (inputs)
+        names = {}
+        for j, (v, a) in enumerate(zip(g.graph["inputs"], self.args)):
+            d = g.nodes[v]
+            if not any(True for _ in g.successors(v)):
+                continue
+            ct = cstyle.ctype(d["dtype"])
+            pname = f"in{j}"
+            self.params.append((f"const {ct}* __restrict__ {pname}", ct, _size(d["shape"]), False))
+            self.in_info.append((d["dtype"].name, _size(d["shape"])))
+            self.call.append(f"np.ascontiguousarray({a}, dtype={d['dtype'].name!r})")
+            self._raw.append(a)
+            names[v] = pname
+        # outputs: allocated by the entry (fresh each call), written where
+        # they are computed
+        self.out_param = {}
+        outs = g.graph["outputs"]
+        rets = []
+        post = []
+        for p, v in enumerate(outs):
+            d = g.nodes[v]
+            if d["op"] in ("input", "const"):
+                rets.append(pysource.operand_expr(g, v, {u: f"np.asarray({a})" for u, a in
+                                                zip(g.graph["inputs"], self.args)}, module))
+                continue
+            ct = cstyle.ctype(d["dtype"])
+            pname = f"out{p}"
+            self.out_params.append((f"{ct}* __restrict__ {pname}", ct, _size(d["shape"]), True))
+            if v in self.out_param:
+                post.append((pname, v))
+            elif d["op"] in _VIEWS or d["op"] == "proj":
+                post.append((pname, v))
+                self.out_param.setdefault(v, None)
+            else:
+                self.out_param[v] = pname
+            # a computed 0-d value is a NumPy scalar, as NumPy's sum gives
+            scalar = d["shape"] == () and (d["op"] == "sum" or passes.fusible(g, v))
+            rets.append(f"_r[{len(self.outs)}]")
+            self.outs.append({"shape": tuple(int(n) for n in d["shape"]),
+                              "dtype": d["dtype"].name, "scalar": scalar, "node": v,
+                              "what": f"%{v} {d['op']} {d['dtype']}{list(d['shape'])}"})
+        self._emit(g, names, "    ")
+        for pname, v in post:
+            d = g.nodes[v]
+            self.lines.append(f"    memcpy({pname}, {names[v]}, "
+                              f"{_size(d['shape'])} * sizeof(*{pname}));  // %{v} out")
+        self.params += self.out_params
+        # the arrays as they come (the entry checks their element types,
+        # layout and sizes); converted by NumPy when they do not fit
+        conv = f"_{self.cname}({', '.join(self.call)})"
+        direct = rets == [f"_r[{k}]" for k in range(len(self.outs))]
+        got = "return " if direct else "_r = "
+        what = ", ".join(o["what"] + (" (a NumPy scalar)" if o["scalar"] else "")
+                         for o in self.outs)
+        self.body += [
+            {"code": None, "comment": None,
+             "source": f"the whole graph: one C call; it returns {what or 'nothing'}, "
+                       f"fresh each call"},
+            {"code": "try:", "comment": None, "source": None},
+            {"code": f"    {got}_{self.cname}({', '.join(self._raw)})", "comment": None,
+             "source": None},
+            {"code": "except (TypeError, ValueError, BufferError):", "comment": None,
+             "source": None},
+            {"code": f"    {got}{conv}", "comment": "arguments converted by NumPy", "source": None}]
+        self.returns = None if direct else \
+            "(" + ", ".join(rets) + ("," if len(rets) == 1 else "") + ")"
+
+    # --- storage ------------------------------------------------------------------------
+
+    def _buf(self, ct, n, what):
+        name = f"b{self._n}"
+        self._n += 1
+        nbytes = n * codegen_cuda_sizes(ct)
+        if self._stack + nbytes <= STACK_BYTES:
+            self._stack += nbytes
+            self.decls.append(f"{ct} {name}[{n}];  // {what}")
+        else:
+            self.decls.append(f"{ct}* {name} = NULL;  // {what}")
+            self.allocs.append(f"{name} = ({ct}*)malloc({n} * sizeof({ct}));")
+            self.allocs.append(f"if (!{name}) goto tg_oom;")
+            self.frees.append(name)
+        return name
+
+    def _node_buf(self, g, v, top):
+        d = g.nodes[v]
+        if top and self.out_param.get(v):
+            return self.out_param[v]
+        return self._buf(cstyle.ctype(d["dtype"]), _size(d["shape"]),
+                         f"%{v} {d['op']} {d['dtype']}{list(d['shape'])}")
+
+    def _const(self, g, u, names, top):
+        """The buffer of constant node u (declared once)."""
+        if u in names:
+            return names[u]
+        d = g.nodes[u]
+        val = d["value"]
+        dt = d["dtype"]
+        ct = cstyle.ctype(dt)
+        arr = np.asarray(val, dtype=dt) if not isinstance(val, np.ndarray) else val
+        if arr.size <= SMALL_CONST:
+            name = f"b{self._n}"
+            self._n += 1
+            init = ", ".join(cstyle.c_literal(x, arr.dtype) for x in arr.reshape(-1).tolist())
+            self.decls.append(f"{ct} {name}[{arr.size}] = {{{init}}};  // %{u} const "
+                              f"{arr.dtype}{list(arr.shape)}")
+        else:
+            drv = self.module.constant(u, arr)
+            name = f"cst{len(self.params)}"
+            self.params.append((f"const {ct}* __restrict__ {name}", ct, arr.size, False))
+            self.in_info.append((arr.dtype.name, arr.size))
+            self.call.append(drv)
+            self._raw.append(drv)
+        names[u] = name
+        return name
+
+    # --- one graph's statements -------------------------------------------------------------
+
+    def _emit(self, g, names, ind, top=True):
+        groups = passes.fusion_groups(g)
+        member = {v for grp in groups for v in grp.nodes}
+        L = self.lines
+        for unit in cstyle.schedule(g, groups):
+            if unit[0] == "g":
+                self._kernel(g, groups[unit[1]], names, ind, top)
+                continue
+            v = unit[1]
+            d = g.nodes[v]
+            op = d["op"]
+            if op == "input" or (op == "const" and v not in names and
+                                 all(w in member for w in g.successors(v))):
+                continue
+            if op == "const":
+                self._const(g, v, names, top)
+                continue
+            ops = ir.operands(g, v)
+            if op == "proj":
+                names[v] = names[ops[0]][d["attrs"]["index"]]
+                continue
+            if op in _VIEWS:
+                names[v] = self._operand(g, ops[0], names, top)
+                continue
+            if op == "scan":
+                names[v] = self._scan(g, v, ops, names, ind, top)
+                continue
+            if op == "broadcast_to" and v not in g.graph["outputs"] and \
+                    all(w in member for w in g.successors(v)):
+                continue   # the kernels read its operand through broadcast strides
+            src = self._operand(g, ops[0], names, top) if ops else None
+            self.work += self._mult * _size(g.nodes[ops[0]]["shape"] if op == "sum" else d["shape"])
+            out = self._node_buf(g, v, top)
+            names[v] = out
+            shape = tuple(d["shape"])
+            ct = cstyle.ctype(d["dtype"])
+            L.append(f"{ind}// %{v} {op}")
+            if op == "zeros_like":
+                L.append(f"{ind}memset({out}, 0, {_size(shape)} * sizeof({ct}));")
+            elif op in _COPIES:
+                ishape = tuple(g.nodes[ops[0]]["shape"])
+                a = np.arange(_size(ishape), dtype=np.int64).reshape(ishape)
+                if op == "broadcast_to":
+                    view = np.broadcast_to(a, shape)
+                elif op == "transpose":
+                    view = a.transpose(d["attrs"]["axes"])
+                else:
+                    from tracegrad.ops.indexing import build_index
+                    view = a[build_index(d["attrs"]["index"], ())]
+                off, st = _strides(view, shape)
+                self._strided(ind, shape, off, st, f"{out}[_o++]", f"{src}[{{}}]")
+            elif op == "index_add":
+                a = np.arange(_size(shape), dtype=np.int64).reshape(shape)
+                from tracegrad.ops.indexing import build_index
+                view = a[build_index(d["attrs"]["index"], ())]
+                gshape = tuple(g.nodes[ops[0]]["shape"])
+                off, st = _strides(view, gshape)
+                L.append(f"{ind}memset({out}, 0, {_size(shape)} * sizeof({ct}));")
+                self._strided(ind, gshape, off, st, f"{out}[{{}}]", f"{src}[_o++]", dst_idx=True)
+            elif op == "sum":
+                self._sum(g, v, ops[0], src, out, ind)
+            else:
+                raise AssertionError(f"whole C: no form for %{v} {op}")
+
+    def _operand(self, g, u, names, top):
+        if g.nodes[u]["op"] == "const":
+            return self._const(g, u, names, top)
+        return names[u]
+
+    def _strided(self, ind, shape, off, strides, dst, src, dst_idx=False):
+        """Loops over ``shape`` in C order; ``_o`` counts the flat position and
+        ``{}`` in dst (dst_idx) or src takes the strided offset."""
+        L = self.lines
+        dims = [(int(n), int(s)) for n, s in zip(shape, strides) if int(n) != 1]
+        L.append(f"{ind}{{ long long _o = 0;")
+        terms = [str(off)]
+        for j, (n, s) in enumerate(dims):
+            L.append(f"{ind}  for (long long _i{j} = 0; _i{j} < {n}LL; _i{j}++)")
+            terms.append(f"_i{j} * {s}LL")
+        idx = " + ".join(terms)
+        stmt = f"{dst.format(idx)} = {src};" if dst_idx else f"{dst} = {src.format(idx)};"
+        L.append(f"{ind}    {stmt}")
+        L.append(f"{ind}}}")
+
+    def _sum(self, g, v, u, src, out, ind):
+        d, du = g.nodes[v], g.nodes[u]
+        ishape = tuple(du["shape"])
+        axes = sorted(int(a) % max(len(ishape), 1) for a in d["attrs"]["axis"]) if ishape else []
+        kept = [j for j in range(len(ishape)) if j not in axes]
+        a = np.arange(_size(ishape), dtype=np.int64).reshape(ishape)
+        st = [s // 8 for s in a.strides]
+        nout = _size([ishape[j] for j in kept])
+        nred = _size([ishape[j] for j in axes])
+        ct = cstyle.ctype(d["dtype"])
+        L = self.lines
+
+        def offset(var, dims):
+            terms, inner = [], 1
+            for j in reversed(dims):
+                n = int(ishape[j])
+                if n != 1:
+                    e = var if inner == 1 else f"({var} / {inner}LL)"
+                    if inner * n != _size([ishape[k] for k in dims]):
+                        e = f"({e} % {n}LL)"
+                    terms.append(f"{e} * {st[j]}LL")
+                inner *= n
+            return " + ".join(reversed(terms)) or "0"
+
+        pw = d["dtype"].kind == "f"
+        suffix = "f32" if d["dtype"] == np.float32 else "f64"
+        L.append(f"{ind}// %{v} sum over axes {axes} of %{u}")
+        L.append(f"{ind}for (long long _o = 0; _o < {nout}LL; _o++) {{")
+        L.append(f"{ind}    const long long _base = {offset('_o', kept)};")
+        if pw and nred > 8:
+            L.append(f"{ind}    tg_pw_{suffix} _pw = {{0}};")
+            L.append(f"{ind}    for (long long _b0 = 0; _b0 < {nred}LL; _b0 += TG_BLOCK) {{")
+            L.append(f"{ind}        const long long _b1 = _b0 + TG_BLOCK < {nred}LL ? "
+                     f"_b0 + TG_BLOCK : {nred}LL;")
+            L.append(f"{ind}        {ct} _acc = 0;")
+            L.append(f"{ind}        for (long long _r = _b0; _r < _b1; _r++)")
+            L.append(f"{ind}            _acc += ({ct}){src}[_base + {offset('_r', axes)}];")
+            L.append(f"{ind}        tg_pw_push_{suffix}(&_pw, _acc);")
+            L.append(f"{ind}    }}")
+            L.append(f"{ind}    {out}[_o] = tg_pw_done_{suffix}(&_pw);")
+        else:
+            L.append(f"{ind}    {ct} _acc = 0;")
+            L.append(f"{ind}    for (long long _r = 0; _r < {nred}LL; _r++)")
+            L.append(f"{ind}        _acc += ({ct}){src}[_base + {offset('_r', axes)}];")
+            L.append(f"{ind}    {out}[_o] = _acc;")
+        L.append(f"{ind}}}")
+
+    def _kernel(self, g, grp, names, ind, top):
+        kname = f"{self.kernel_prefix}k{len(self.kernels)}"
+        kn = dict(names)
+        for v in grp.nodes:
+            kn[v] = f"t{v}"
+
+        def const_name(u):
+            return self._const(g, u, names, top)
+        kern = cstyle.Kernel(kname, grp, g, kn, const_name, WHOLE)
+        self.kernels.append((kern, g))
+        self.work += self._mult * kern.n
+        repl = {}
+        for v, var in kern.outputs:
+            names[v] = self._node_buf(g, v, top)
+            repl[var] = names[v]
+        for (r, var, dt), acc in zip(kern.partials, kern.accs):
+            suffix = "f32" if dt == np.float32 else "f64"
+            acc.update(r=r, suffix=suffix, acc=f"acc{r}",
+                       store=f"part_t{r}[0] = tg_pw_done_{suffix}(&pw{r});")
+            names[r] = self._node_buf(g, r, top)
+            repl[var] = names[r]
+        args = [repl.get(a, a) for a in kern.args]
+        self.lines.append(f"{ind}{kname}({', '.join(args)});  // {kern.describe(g)}")
+
+    def _scan(self, g, v, ops, names, ind, top):
+        d = g.nodes[v]
+        a = d["attrs"]
+        n, nc, nx_, start, rev = a["length"], a["n_carry"], a["n_xs"], a["start"], a["reverse"]
+        body = a["body"]
+        bg = _body_graph(body, self._memo)
+        avals = d["avals"]
+        uid = self._n
+        self._n += 1
+        L = self.lines
+        args = [self._operand(g, u, names, top) for u in ops]
+        carry = []
+        for j in range(nc):
+            av = avals[j]
+            ct = cstyle.ctype(av.dtype)
+            cb = self._buf(ct, _size(av.shape), f"%{v} scan carry {j}")
+            carry.append(cb)
+            L.append(f"{ind}memcpy({cb}, {args[j]}, {_size(av.shape)} * sizeof({ct}));")
+        ys = []
+        for j, av in enumerate(avals[nc:]):
+            ys.append(self._buf(cstyle.ctype(av.dtype), _size(av.shape),
+                                f"%{v} scan ys {j} {av.dtype}{list(av.shape)}"))
+        xs = args[nc:nc + nx_]
+        consts = args[nc + nx_:]
+        k = f"_k{uid}"
+        L.append(f"{ind}// %{v} scan: {n} steps{' in reverse' if rev else ''}")
+        L.append(f"{ind}for (long long _s{uid} = 0; _s{uid} < {n}LL; _s{uid}++) {{")
+        ind2 = ind + "    "
+        L.append(f"{ind2}const long long {k} = " + (f"{n - 1}LL - _s{uid};" if rev else f"_s{uid};"))
+        bn = {}
+        bins = list(bg.graph["inputs"])
+        pos = 0
+        if start is not None:
+            ib = self._buf("long long", 1, f"%{v} scan index")
+            L.append(f"{ind2}{ib}[0] = {k} + {int(start)}LL;")
+            bn[bins[0]] = ib
+            pos = 1
+        for j in range(nc):
+            bn[bins[pos + j]] = carry[j]
+        pos += nc
+        for j in range(nx_):
+            xshape = g.nodes[ops[nc + j]]["shape"]
+            step = _size(xshape[1:])
+            bn[bins[pos + j]] = f"({xs[j]} + {k} * {step}LL)"
+        pos += nx_
+        for j, c in enumerate(consts):
+            bn[bins[pos + j]] = c
+        self._mult *= n
+        self._emit(bg, bn, ind2, top=False)
+        self._mult //= n
+        bouts = bg.graph["outputs"]
+        for j, u in enumerate(bouts[nc:]):
+            av = avals[nc + j]
+            m = _size(av.shape[1:])
+            ct = cstyle.ctype(av.dtype)
+            L.append(f"{ind2}memcpy({ys[j]} + {k} * {m}LL, {self._operand(bg, u, bn, False)}, "
+                     f"{m} * sizeof({ct}));  // ys {j}")
+        # the new carries: through a second buffer where one could alias a carry
+        carry_set = set(carry)
+        srcs = [self._operand(bg, u, bn, False) for u in bouts[:nc]]
+        direct = all(s not in carry_set or s == carry[j] for j, s in enumerate(srcs)) and \
+            len(set(s for j, s in enumerate(srcs) if s != carry[j])) == \
+            len([1 for j, s in enumerate(srcs) if s != carry[j]])
+        if direct:
+            for j, s in enumerate(srcs):
+                if s != carry[j]:
+                    m = _size(avals[j].shape)
+                    L.append(f"{ind2}memcpy({carry[j]}, {s}, {m} * sizeof(*{carry[j]}));")
+        else:
+            tmp = []
+            for j, s in enumerate(srcs):
+                m = _size(avals[j].shape)
+                t = self._buf(cstyle.ctype(avals[j].dtype), m, f"%{v} next carry {j}")
+                tmp.append(t)
+                L.append(f"{ind2}memcpy({t}, {s}, {m} * sizeof(*{t}));")
+            for j, t in enumerate(tmp):
+                m = _size(avals[j].shape)
+                L.append(f"{ind2}memcpy({carry[j]}, {t}, {m} * sizeof(*{t}));")
+        L.append(f"{ind}}}")
+        return carry + ys
+
+    # --- the C text -----------------------------------------------------------------------
+
+    def c_text(self):
+        out = [f"// {self.cname}: the whole graph of {self.name}() as one C function",
+               f"int {self.cname}(" + ",\n    ".join(p[0] for p in self.params) + ")"
+               if self.params else f"int {self.cname}(void)", "{"]
+        out += ["    " + s for s in self.decls]
+        out += ["    " + s for s in self.allocs]
+        out += self.lines
+        out += [f"    free({f});" for f in self.frees]
+        out.append("    return 0;")
+        if self.frees:
+            out.append("tg_oom:")
+            out += [f"    free({f});" for f in self.frees]
+            out.append("    return 1;")
+        out.append("}")
+        return "\n".join(out)
+
+
+def codegen_cuda_sizes(ct):
+    return {"float": 4, "double": 8, "bool": 1, "signed char": 1, "unsigned char": 1,
+            "short": 2, "unsigned short": 2, "int": 4, "unsigned int": 4, "long long": 8,
+            "unsigned long long": 8}[ct]
