@@ -716,7 +716,7 @@ def test_gaussian_process_example_objective_against_scipy():
 def test_editing_a_primitive_rule_changes_the_compiled_key():
     """The generated code of a primitive is cached on disk, keyed by the code
     of its body and rules: a new rule must never be served the old gradient."""
-    from tracegrad.ops.custom import _source_hash
+    from tracegrad.frontend.code_deps import fingerprint as _source_hash
 
     @primitive
     def sq(x):

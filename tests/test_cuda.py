@@ -1,4 +1,4 @@
-"""The CUDA target (tracegrad/codegen_cuda.py), verified without a GPU.
+"""The CUDA target (tracegrad/targets/cuda/), verified without a GPU.
 
 Every function of the corpus below is compiled for the CUDA target and
 

@@ -104,7 +104,7 @@ def test_enter_exit_functions_and_nesting():
     with pytest.raises(RuntimeError, match="no level"):
         fwAD.exit_dual_level()
     # no level open: the ordinary binder is back
-    from tracegrad.eager.tensor import eager_bind
+    from tracegrad.eager.bind import eager_bind
     assert primitives._eager_bind is eager_bind
 
 
@@ -366,7 +366,7 @@ def test_repr_and_decorator():
 
 def test_no_level_means_the_plain_binder():
     """Forward AD costs nothing outside a level: the eager binder is the plain one."""
-    from tracegrad.eager.tensor import eager_bind
+    from tracegrad.eager.bind import eager_bind
     assert primitives._eager_bind is eager_bind
     with fwAD.dual_level():
         assert primitives._eager_bind is fwAD._dual_bind

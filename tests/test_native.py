@@ -1,4 +1,4 @@
-"""The native CPU target (backend="native", tracegrad/codegen_c.py): C
+"""The native CPU target (backend="native", tracegrad/targets/native/): C
 kernels built by the C compiler, compared with the NumPy target over the
 CUDA tests' corpus; the fallback without a compiler; the cache; and the
 near-linear fusion grouping both targets share."""

@@ -9,12 +9,15 @@ import numpy as _np
 
 from tracegrad.ops import primitives
 from tracegrad import autograd  # before tensor: the engine imports Tensor
-from tracegrad.eager.tensor import (Tensor, tensor, as_tensor, from_numpy, zeros, ones, empty, full,
-                                    eye, zeros_like, ones_like, empty_like, full_like, arange,
-                                    linspace, rand, randn, rand_like, randn_like, randint, randperm,
-                                    normal, manual_seed, seed, is_tensor, device,
-                                    set_default_dtype, get_default_dtype, set_default_device,
-                                    get_default_device)
+from tracegrad.eager.tensor import Tensor, is_tensor
+# the eager binder of every primitive, and the Tensor's torch methods (both install themselves)
+from tracegrad.eager import bind as _bind, torch_methods as _torch_methods  # noqa: F401
+from tracegrad.eager.factories import (tensor, as_tensor, from_numpy, zeros, ones, empty, full,
+                                       eye, zeros_like, ones_like, empty_like, full_like, arange,
+                                       linspace, rand, randn, rand_like, randn_like, randint,
+                                       randperm, normal, manual_seed, seed)
+from tracegrad.eager.device import (device, set_default_dtype, get_default_dtype,
+                                    set_default_device, get_default_device)
 from tracegrad import ops
 from tracegrad.ops import *  # noqa: F401,F403
 # The two faces: methods whose meaning differs follow the value's dialect;

@@ -3,7 +3,7 @@ accelerator is CUDA through CuPy (``tracegrad.cuda``)."""
 from __future__ import annotations
 
 from tracegrad import cuda
-from tracegrad.eager.tensor import device
+from tracegrad.eager.device import device
 
 __all__ = ["is_available", "current_accelerator", "device_count", "current_device_index",
            "synchronize"]

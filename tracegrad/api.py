@@ -103,8 +103,8 @@ class Lowered:
     @property
     def cuda_source(self):
         if self._cuda_source is None:
-            from tracegrad.targets.cuda import codegen as codegen_cuda
-            self._cuda_source = codegen_cuda.translation_unit(self.graph)
+            from tracegrad.targets.cuda import codegen as cuda
+            self._cuda_source = cuda.translation_unit(self.graph)
         return self._cuda_source
 
     def dot(self):

@@ -13,7 +13,7 @@ raise a RuntimeError that gives the reason and the fix instead.
 """
 from __future__ import annotations
 
-from tracegrad.eager.tensor import device
+from tracegrad.eager.device import device
 
 __all__ = ["is_available", "device_count", "current_device", "get_device_name",
            "synchronize"]

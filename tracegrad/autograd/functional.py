@@ -299,7 +299,7 @@ def _eager_outputs(func, inputs, create_graph):
 
 def _grads(outs, xs, grad_outputs, create_graph):
     from tracegrad.eager.engine import grad
-    from tracegrad.eager.tensor import zeros_like
+    from tracegrad.eager.factories import zeros_like
     live = [(o, g) for o, g in zip(outs, grad_outputs) if o.requires_grad]
     if not live:
         return tuple(zeros_like(x) for x in xs)
@@ -347,7 +347,7 @@ def _eager_vjp(func, inputs, v, tuple_in, create_graph):
 
 def _eager_jvp(func, inputs, v, create_graph):
     # the double-vjp trick: J v = d/du (u^T J) v, exact and eager
-    from tracegrad.eager.tensor import zeros_like
+    from tracegrad.eager.factories import zeros_like
     xs, outs, tuple_out = _eager_outputs(func, inputs, create_graph)
     us = tuple(zeros_like(o, requires_grad=True) for o in outs)
     g = _grads(outs, xs, us, True)
@@ -363,7 +363,7 @@ def _eager_hessian_product(func, inputs, v, tuple_in, create_graph, what):  # no
     xs, outs, _ = _eager_outputs(func, inputs, create_graph)
     g = _grads(outs, xs, (None,), True)
     from tracegrad.eager.engine import grad
-    from tracegrad.eager.tensor import zeros_like
+    from tracegrad.eager.factories import zeros_like
     # the Hessian is symmetric, so v^T H and H v are the same vectors here
     res = grad(g, xs, v, create_graph=create_graph, allow_unused=True)
     res = tuple(r if r is not None else zeros_like(x) for r, x in zip(res, xs))

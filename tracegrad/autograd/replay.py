@@ -51,7 +51,8 @@ from tracegrad.eager.grad_mode import state as _mode
 from tracegrad.eager.graph import AccumulateGrad
 from tracegrad.ops import primitives
 from tracegrad.eager.profiler_state import _state as _prof_state
-from tracegrad.eager.tensor import NumpyTensor, PRIM_NODE_CLASSES, PrimNode, Tensor
+from tracegrad.eager.tensor import NumpyTensor, Tensor
+from tracegrad.eager.nodes import PRIM_NODE_CLASSES, PrimNode
 
 _ndarray = np.ndarray
 

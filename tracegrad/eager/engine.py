@@ -17,7 +17,8 @@ from tracegrad.eager.grad_mode import state as _mode
 from tracegrad.eager.graph import AccumulateGrad
 from tracegrad.eager.profiler_state import _state as _prof_state
 from tracegrad.eager import tensor as _tensor
-from tracegrad.eager.tensor import PRIM_NODE_CLASSES, PrimNode, Tensor
+from tracegrad.eager.nodes import PRIM_NODE_CLASSES, PrimNode
+from tracegrad.eager.tensor import Tensor
 
 
 class _NoReplay:

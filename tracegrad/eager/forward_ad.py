@@ -26,7 +26,8 @@ import numpy as np
 from tracegrad.ops import primitives
 from tracegrad.eager import tensor as _tensor
 from tracegrad.ops.base import jvp_apply, reshape_p
-from tracegrad.eager.tensor import Tensor, _FW, eager_bind as _plain_bind
+from tracegrad.eager.tensor import Tensor, _FW
+from tracegrad.eager.bind import eager_bind as _plain_bind
 
 __all__ = ["UnpackedDualTensor", "enter_dual_level", "exit_dual_level", "make_dual",
            "unpack_dual", "dual_level"]

@@ -20,7 +20,8 @@ import warnings
 import numpy as np
 
 from tracegrad.eager import forward_ad
-from tracegrad.eager.tensor import Tensor, _to_host
+from tracegrad.eager.tensor import Tensor
+from tracegrad.eager.device import _to_host
 
 __all__ = ["gradcheck", "gradgradcheck", "GradcheckError", "get_numerical_jacobian"]
 
@@ -430,7 +431,7 @@ def _check_undefined_grad(func_out, out_positions, raise_exception):
     treat them as zeros.  Primitive nodes (``PrimNode``) get their rules from
     the registry and are not checked here; custom ``Function`` nodes and
     other node kinds are called with all their output gradients None."""
-    from tracegrad.eager.tensor import PrimNode
+    from tracegrad.eager.nodes import PrimNode
     from tracegrad.eager.grad_mode import no_grad
     seen = set()
     for o_pos in out_positions:

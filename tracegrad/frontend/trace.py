@@ -99,7 +99,7 @@ class Tracer(ArrayMethods):
 
     @property
     def device(self):
-        from tracegrad.eager.tensor import device
+        from tracegrad.eager.device import device
         return device("cuda" if self._trace.backend == "cupy" else "cpu")
 
     def __repr__(self):

@@ -555,7 +555,7 @@ def optimize(g, validate=False, exact=False):
 
 
 # --- fusion (the CUDA target's grouping of elementwise nodes) ------------------------
-# Added for the CUDA target (tracegrad/codegen_cuda.py).  Every decision about
+# Added for the CUDA target (tracegrad/targets/cuda/).  Every decision about
 # which nodes share a kernel is made here, in ``fusion_groups`` and the two
 # predicates it calls; the generator only renders the groups it is given.
 

@@ -40,7 +40,8 @@ from tracegrad.ops.indexing import getitem
 from tracegrad.ops.numpy_functions import pad as _np_pad
 from tracegrad.ops import nn as _nn
 from tracegrad.ops.random import is_tracing
-from tracegrad.eager.tensor import Tensor, _RNG
+from tracegrad.eager.tensor import Tensor
+from tracegrad.eager.factories import _RNG
 
 __all__ = [
     "binary_cross_entropy_with_logits", "binary_cross_entropy", "cross_entropy", "nll_loss",

@@ -41,12 +41,12 @@ __all__ = ["fori_loop", "scan", "while_loop", "cond", "switch", "checkpoint"]
 
 
 class _Hooks:
-    trace_body = None   # (fn, avals, faces) -> (Body, captured values, out_tree); trace.py
-    tree_flatten = None  # trace.py
+    trace_body = None   # (fn, avals, faces) -> (Body, captured values, out_tree); frontend/trace.py
+    tree_flatten = None  # frontend/trace.py
     tree_unflatten = None
-    vjp_body = None     # (Body, wrt) -> Body; ir.py
-    jvp_body = None     # (Body, wrt) -> Body; ir.py
-    batch_body = None   # (Body, flags, B) -> Body; batching.py
+    vjp_body = None     # (Body, wrt) -> Body; ir/adjoint.py
+    jvp_body = None     # (Body, wrt) -> Body; ir/adjoint.py
+    batch_body = None   # (Body, flags, B) -> Body; ir/batching.py
 
 
 hooks = _Hooks()
@@ -157,7 +157,7 @@ def _need(name):
     h = getattr(hooks, name)
     if h is None:
         raise RuntimeError(f"control flow: the {name} derivation is installed by "
-                           f"tracegrad.ir.graph / tracegrad.ir.batching, which are not loaded; "
+                           f"tracegrad.ir.adjoint / tracegrad.ir.batching, which are not loaded; "
                            f"import tracegrad.api (tg.grad and friends load it) first")
     return h
 

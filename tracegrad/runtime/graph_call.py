@@ -48,7 +48,7 @@ def leaf_array(x, where):
 
 class GraphFunction:
     """A graph compiled to NumPy, keyed by its structure in the cache."""
-    # "cupy": generate the CUDA target's driver (tracegrad/codegen_cuda.py);
+    # "cupy": generate the CUDA target's driver (tracegrad/targets/cuda/);
     # set from the trace and inherited by the derived graphs.
     backend = "numpy"
 

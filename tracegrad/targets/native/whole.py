@@ -217,7 +217,7 @@ class WholeFunction:
     def _buf(self, ct, n, what):
         name = f"b{self._n}"
         self._n += 1
-        nbytes = n * codegen_cuda_sizes(ct)
+        nbytes = n * c_sizes(ct)
         if self._stack + nbytes <= STACK_BYTES:
             self._stack += nbytes
             self.decls.append(f"{ct} {name}[{n}];  // {what}")
@@ -517,7 +517,7 @@ class WholeFunction:
         return "\n".join(out)
 
 
-def codegen_cuda_sizes(ct):
+def c_sizes(ct):
     return {"float": 4, "double": 8, "bool": 1, "signed char": 1, "unsigned char": 1,
             "short": 2, "unsigned short": 2, "int": 4, "unsigned int": 4, "long long": 8,
             "unsigned long long": 8}[ct]
