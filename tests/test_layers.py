@@ -133,3 +133,50 @@ def test_nothing_below_the_top_imports_a_face_or_an_entry_point():
     up = sorted((mod, t) for mod in g for t in g.successors(mod)
                 if _folder(mod) is not None and _folder(t) is None and t not in EVERYWHERE)
     assert not up, f"imports that run back up to the top layer: {up}"
+
+
+def test_a_new_c_like_target_is_a_table_and_a_function_class_beside_the_renderer():
+    # what a new C-like target writes: its row of the table (the strings the
+    # shared lowering prints) and its launch; cstyle does the rest
+    import numpy as np
+    import tracegrad as tg
+    from tracegrad.targets import cstyle
+
+    toy = cstyle.Target("toy", acc_store="{param}[0] = {acc};", pass_array="as_toy({arg})",
+                        library="NumPy", math=lambda expr, dtype: expr.replace("tanh(", "toy_tanh("))
+
+    class ToyFunction(cstyle.Function):
+        target = toy
+
+        @staticmethod
+        def _library_emitter(prim):
+            return prim.numpy
+
+        def _launch(self, g, kern, kname, module, names, fresh):
+            self._allocate_outputs(g, kern, kname, fresh)
+            self.body.append({"code": f"{kname}({', '.join(kern.args)})", "comment": None,
+                              "source": None})
+            for r, var, _ in kern.partials:     # a fused sum: its partial sums added
+                names[r] = f"t{r}"
+                self.body.append({"code": f"t{r} = {var}.sum()", "comment": None,
+                                  "source": None})
+
+    graph = tg.grad(lambda x: np.sum(np.tanh(x) * 2.0)).lower(np.linspace(0, 1, 5)).graph
+    _, (f,), g_of = cstyle.lower_all([(graph, "run", ["x"], "")], ToyFunction)
+    assert f.kernels and all(k.target is toy for k in f.kernels)
+    c_lines = [s["code"] for k in f.kernels for s in k.render_dict(g_of[id(f)])["body"]]
+    assert any("toy_tanh(" in line for line in c_lines)
+    launches = [s["code"] for s in f.body if s["code"] and s["code"].startswith("tg_k0(")]
+    assert launches and "as_toy(x)" in launches[0]
+
+
+def test_the_packaging_list_names_every_folder_of_the_package():
+    import tomllib
+    pyproject = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                             "pyproject.toml")
+    if not os.path.exists(pyproject):
+        pytest.skip("the tests run outside a checkout")
+    with open(pyproject, "rb") as fh:
+        listed = set(tomllib.load(fh)["tool"]["setuptools"]["packages"])
+    folders = {m for m, path in _modules().items() if path.endswith("__init__.py")}
+    assert folders <= listed, f"folders pyproject.toml does not ship: {sorted(folders - listed)}"

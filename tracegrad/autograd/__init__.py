@@ -7,6 +7,8 @@ face, with torch's module paths: ``tracegrad.autograd.graph``,
 torch gives them (``import tracegrad.autograd.forward_ad as fwAD`` works as
 in torch), and ``functional`` and ``replay`` (which build compiled code)
 live here, above the compiler.
+
+A public face, on top of the layers: it may import any of them.
 """
 import sys as _sys
 

@@ -18,7 +18,7 @@ leaves)`` (without ``create_graph``) ask ``try_backward`` first:
    primitive, attributes, wiring, the shapes and dtypes of what it saved, and
    the Python numbers it saved (they are constants of the code).
 2. The third time a key is seen, ``_build`` runs the very same vjp rules of
-   the registry symbolically (``tensor.vjp_apply``, in the interpreter's
+   the registry symbolically (``ops.base.vjp_apply``, in the interpreter's
    order, summing cotangents in the interpreter's order), and the code
    generator prints the result as one function: saved arrays (and a given
    cotangent) in, leaf gradients out.  Only the exact passes run on it (folding of constants,

@@ -12,6 +12,8 @@ or ``import tracegrad.autograd_compat as autograd`` and keep ``autograd.grad``.
 Every operator is compiled where the function traces and runs eagerly where
 its control flow depends on values (see ``differential_operators``);
 docs/migrating-from-autograd.md lists the names and what differs.
+
+A public face, on top of the layers: it may import any of them.
 """
 from tracegrad.autograd_compat.differential_operators import (  # noqa: F401
     grad, value_and_grad, elementwise_grad, jacobian, hessian, hessian_tensor_product,

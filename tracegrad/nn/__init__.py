@@ -4,6 +4,8 @@
 activations and helpers of ``torch.nn.functional`` with torch's names,
 arguments, defaults and reductions; each is a composition of registry ops,
 so it runs eagerly on Tensors and inside ``tg.grad`` / ``tg.compile``.
+
+A public face, on top of the layers: it may import any of them.
 """
 from tracegrad.nn import functional
 

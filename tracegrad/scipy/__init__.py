@@ -3,6 +3,8 @@
 
 SciPy itself is not needed: the values come from tracegrad's own rows
 (``tracegrad/ops/special.py``) and compositions of existing ones.
+
+A public face, on top of the layers: it may import any of them.
 """
 from tracegrad.scipy import special, stats
 
