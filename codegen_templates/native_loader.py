@@ -400,6 +400,32 @@ def build(source, out_path, rec, extra=()):
 _private_dir = []
 
 
+def _process_dir():
+    """The private temporary folder of this process's shared objects: one
+    per process, whichever generated module asks (each has its own copy of
+    this code, so the folder is found by name, not held here), removed when
+    the process exits."""
+    uid = _os.geteuid() if hasattr(_os, "geteuid") else 0
+    path = _os.path.join(_tempfile.gettempdir(), f"tracegrad-native-{uid}-{_os.getpid()}")
+    try:
+        _os.mkdir(path, 0o700)
+    except FileExistsError:
+        st = _os.lstat(path)
+        if not _stat.S_ISDIR(st.st_mode) or (hasattr(_os, "geteuid") and (
+                st.st_uid != uid or st.st_mode & 0o077)):
+            # not ours, or not private: a folder of our own instead
+            path = _tempfile.mkdtemp(prefix="tracegrad-native-")
+    except OSError:
+        path = _tempfile.mkdtemp(prefix="tracegrad-native-")
+    import atexit
+
+    def remove(path=path, owner=_os.getpid()):
+        if _os.getpid() == owner:      # not from a forked child exiting
+            _shutil.rmtree(path, ignore_errors=True)
+    atexit.register(remove)
+    return path
+
+
 def _numpy_include():
     """The folder of NumPy's C headers (numpy/arrayobject.h), else None."""
     import numpy
@@ -431,7 +457,7 @@ def load_library(source, module_file, rec):
             folder = None
     if folder is None:
         if not _private_dir:
-            _private_dir.append(_tempfile.mkdtemp(prefix="tracegrad-native-"))   # mode 0700
+            _private_dir.append(_process_dir())
         folder, base = _private_dir[0], "module"
     path = _os.path.join(folder, f"{base}-{digest}.so")
     name, extra = None, ()

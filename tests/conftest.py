@@ -11,10 +11,51 @@ unset the variable).  ``TRACEGRAD_BACKEND=native python -m pytest`` runs the
 suite on native (docs/native.md, Tests, says what that run shows).
 """
 import os
+import shutil
+import tempfile
 
 import pytest
 
 os.environ.setdefault("TRACEGRAD_BACKEND", "numpy")
+
+# The suite's temporary files (native shared objects built without a disk
+# cache, emulator libraries, Dask's scratch space, those of the processes the
+# tests start) go to a folder of its own, which must be empty when the suite
+# ends (the session fixture below checks and removes it): nothing of
+# tracegrad's is left behind in the user's temporary folder.  pytest's own
+# tmp_path folders stay where pytest keeps them.
+# (A process the suite starts may import this module too, to unpickle a
+# test's function or to run a pytest of its own: it keeps the folder the
+# suite chose, and leaves checking and removing it to the suite.)
+OWNS_SUITE_TMP = "TRACEGRAD_SUITE_TMP" not in os.environ
+if OWNS_SUITE_TMP:
+    os.environ["TRACEGRAD_SYSTEM_TMP"] = tempfile.gettempdir()
+    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", os.environ["TRACEGRAD_SYSTEM_TMP"])
+    os.environ["TRACEGRAD_SUITE_TMP"] = tempfile.mkdtemp(prefix="tracegrad-suite-")
+    os.environ["TMPDIR"] = os.environ["TRACEGRAD_SUITE_TMP"]
+    tempfile.tempdir = None    # gettempdir() reads TMPDIR again
+    os.environ.setdefault("TRACEGRAD_EMULATOR_DIR",
+                          os.path.join(os.environ["TRACEGRAD_SUITE_TMP"], "emulator"))
+SYSTEM_TMP = os.environ["TRACEGRAD_SYSTEM_TMP"]
+SUITE_TMP = os.environ["TRACEGRAD_SUITE_TMP"]
+
+
+def _left_behind():
+    """What the suite's processes left in its temporary folder: not this
+    process's own native folder (removed when it exits; test_native checks
+    that) nor the emulator's libraries (a cache the suite chose to put here)."""
+    own = f"tracegrad-native-{os.geteuid() if hasattr(os, 'geteuid') else 0}-{os.getpid()}"
+    return sorted(n for n in os.listdir(SUITE_TMP) if n not in (own, "emulator"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def the_suite_leaves_the_temporary_folder_as_it_found_it():
+    yield
+    if not OWNS_SUITE_TMP:
+        return
+    left = _left_behind()
+    shutil.rmtree(SUITE_TMP, ignore_errors=True)
+    assert not left, f"the suite left these in the temporary folder: {left}"
 
 
 @pytest.fixture

@@ -18,6 +18,8 @@ import pytest
 import tracegrad as tg
 from tracegrad.runtime import cache
 
+from conftest import SYSTEM_TMP
+
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 OTHER_UID = 12345           # a user that is not us (only root can chown to it)
 NOBODY = 65534
@@ -419,7 +421,9 @@ def _unprivileged(folder):
 @posix_only
 def test_read_only_folder_serves_hits_and_keeps_new_code_in_memory(monkeypatch):
     tg.grad(f_cos)(X)       # load the compiler's modules while we may read everything
-    base = tempfile.mkdtemp(prefix="tracegrad-ro-")
+    # a folder the other user can reach (the suite's own temporary folder is
+    # private to us), removed below
+    base = tempfile.mkdtemp(prefix="tracegrad-ro-", dir=SYSTEM_TMP)
     d = os.path.join(base, "cache")
     monkeypatch.setenv("TRACEGRAD_CACHE_DIR", d)
     cache._warned_dirs.clear()

@@ -91,12 +91,19 @@ def chunked(a, rows=UNEVEN):
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """A LocalCluster of 2 processes on loopback, with its own tracegrad cache."""
+    import dask
     from distributed import LocalCluster
     old = os.environ.get("TRACEGRAD_CACHE_DIR")
     os.environ["TRACEGRAD_CACHE_DIR"] = str(tmp_path_factory.mktemp("tg-cache"))
+    # Dask's scratch space in pytest's folder, for the workers too (they read
+    # the environment), not in the temporary folder
+    scratch = str(tmp_path_factory.mktemp("dask-scratch"))
+    os.environ["DASK_TEMPORARY_DIRECTORY"] = scratch
+    dask.config.set({"temporary-directory": scratch})
     try:
         c = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                         host="127.0.0.1", dashboard_address=None, silence_logs=40)
+                         host="127.0.0.1", dashboard_address=None, silence_logs=40,
+                         local_directory=scratch)
     except Exception as e:   # a sandbox without sockets or process spawning
         pytest.skip(f"cannot start a LocalCluster here: {e}")
     yield c

@@ -1121,3 +1121,37 @@ def test_broadcast_kernels_loop_by_rows_and_match_the_numpy_target(monkeypatch, 
     _assert_close(tg.value_and_grad(f, argnums=(0, 1, 2, 3, 4), backend="native")(*short),
                   tg.value_and_grad(f, argnums=(0, 1, 2, 3, 4), backend="numpy")(*short),
                   np.float64)
+
+
+@needs_cc
+@pytest.mark.parametrize("how", ["exit", "fork"])
+def test_a_process_without_a_disk_cache_keeps_one_private_folder_and_removes_it(tmp_path, how):
+    # shared objects built without an on-disk module go to one private
+    # folder per process, removed when the process exits (not by a forked
+    # child that exits first)
+    code = textwrap.dedent("""
+        import os, sys, tempfile, numpy as np, tracegrad as tg
+        x = np.linspace(0.1, 1.0, 7)
+        tg.grad(lambda x: np.sum(np.tanh(x) * x), backend="native")(x)
+        tg.grad(lambda x: np.sum(np.exp(-x) * np.sin(x)), backend="native")(x)
+        tg.value_and_grad(lambda x: np.sum(np.log1p(x * x)), backend="native")(x)
+        assert tg.cache_info()["target"] == "native"
+        folders = [n for n in os.listdir(tempfile.gettempdir()) if n.startswith("tracegrad-native-")]
+        print("FOLDERS", folders)
+        if sys.argv[1] == "fork":
+            pid = os.fork()
+            if pid == 0:
+                sys.exit(0)          # the child's exit runs the inherited atexit hooks
+            os.waitpid(pid, 0)
+            assert os.path.isdir(os.path.join(tempfile.gettempdir(), folders[0])), "removed"
+            tg.grad(lambda x: np.sum(np.cos(x) * x), backend="native")(x)   # still builds
+    """)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = dict(os.environ, TMPDIR=str(tmp), TRACEGRAD_CACHE="0")
+    r = subprocess.run([sys.executable, "-c", code, how], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    folders = [line for line in r.stdout.splitlines() if line.startswith("FOLDERS")][0]
+    assert folders.count("tracegrad-native-") == 1, folders      # one per process
+    assert os.listdir(tmp) == []                                  # and gone at exit

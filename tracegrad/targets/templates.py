@@ -33,8 +33,11 @@ def environment():
     global _env
     if _env is None:
         import jinja2
+        # auto_reload off: the templates ship with the package and do not
+        # change while a process runs, so a loaded one is never read again
+        # (a process whose user can no longer read the package keeps working)
         _env = jinja2.Environment(loader=jinja2.FileSystemLoader(template_dir()),
-                                  trim_blocks=True, lstrip_blocks=True,
+                                  trim_blocks=True, lstrip_blocks=True, auto_reload=False,
                                   keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
         # the templates pass every user-derived string (names, docstrings,
         # quoted source lines) through this filter: see safe_text
