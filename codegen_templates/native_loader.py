@@ -17,6 +17,7 @@
 # load_library(): the shared object beside the module (written by atomic
 # rename, so concurrent processes see a complete object or none), built on
 # first use, and refused when another user owns it or others can write it.
+import atexit as _atexit
 import ctypes as _ctypes
 import hashlib as _hashlib
 import os as _os
@@ -417,12 +418,10 @@ def _process_dir():
             path = _tempfile.mkdtemp(prefix="tracegrad-native-")
     except OSError:
         path = _tempfile.mkdtemp(prefix="tracegrad-native-")
-    import atexit
-
     def remove(path=path, owner=_os.getpid()):
         if _os.getpid() == owner:      # not from a forked child exiting
             _shutil.rmtree(path, ignore_errors=True)
-    atexit.register(remove)
+    _atexit.register(remove)
     return path
 
 

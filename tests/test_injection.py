@@ -148,8 +148,8 @@ def check_cuda(tu, must_carry=()):
 
 
 # what codegen_templates/native_loader.py imports (a native module carries it)
-NATIVE_LOADER_IMPORTS = {"ctypes", "hashlib", "os", "platform", "shlex", "shutil", "stat",
-                         "subprocess", "sys", "sysconfig", "tempfile", "threading",
+NATIVE_LOADER_IMPORTS = {"atexit", "ctypes", "hashlib", "os", "platform", "shlex", "shutil",
+                         "stat", "subprocess", "sys", "sysconfig", "tempfile", "threading",
                          "importlib.util", "importlib.machinery"}
 
 
