@@ -688,9 +688,22 @@ def _close(got, want, rtol, atol):
     return got.shape == want.shape and np.allclose(got, want, rtol=rtol, atol=atol, equal_nan=False)
 
 
-def check_program(prog, *, eager=True, fd=True, value_and_grad=True, replay_stats=None):
+def _saved_value_changed(e, prog):
+    """torch's error for an in-place change of a saved value (or of a leaf:
+    the update reached an input through astype(copy=False)): the right
+    outcome of such a program in eager mode, and nothing to compare."""
+    return isinstance(e, RuntimeError) and "inplace" in prog.tags and (
+        "modified by an inplace operation" in str(e)
+        or "leaf Variable that requires grad is being used in an in-place" in str(e))
+
+
+def check_program(prog, *, eager=True, fd=True, value_and_grad=True, uncompiled=True,
+                  replay_stats=None):
     """Run every check on ``prog``; raise Failure at the first disagreement.
-    Returns a dict of facts (e.g. whether the eager replay ran)."""
+    ``uncompiled``: also ``tg.value_and_grad(f, compile=False)`` and
+    ``tg.vjp(f, ..., compile=False)`` (NumPy code run eagerly on values that
+    record the tape).  Returns a dict of facts (e.g. whether the eager replay
+    ran)."""
     import tracegrad as tg
     from tracegrad.autograd import replay
     from tracegrad.eager.tensor import NumpyTensor
@@ -775,6 +788,39 @@ def check_program(prog, *, eager=True, fd=True, value_and_grad=True, replay_stat
                 raise Failure("value_and_grad-grad", prog,
                               f"d/d{prog.names[i]}: grad\n{g1!r}\nvalue_and_grad\n{g2!r}")
 
+    if uncompiled:
+        # compile=False: f runs on NumPy-face values that record the tape
+        def eager_vg():
+            try:
+                return tg.value_and_grad(f, argnums=argnums, compile=False)(*call_args)
+            except RuntimeError as e:
+                if _saved_value_changed(e, prog):
+                    return None
+                raise
+        res = run("compile=False", eager_vg)
+        if res is None:
+            facts["uncompiled_skipped"] = True
+        else:
+            v, gs_ = res
+            if isinstance(v, tg.Tensor) or not _close(v, want, **vtol):
+                raise Failure("compile=False-value", prog, f"numpy {want!r}, compile=False {v!r}")
+            for i, (g1, g2) in enumerate(zip(grads, gs_)):
+                if isinstance(g2, tg.Tensor) or not _close(g2, g1, **gtol):
+                    raise Failure("compile=False-grad", prog,
+                                  f"d/d{prog.names[i]}: compiled\n{g1!r}\ncompile=False\n{g2!r}")
+            ct = 0.75
+            out, vjp_fn = run("compile=False-vjp", lambda: tg.vjp(f, *call_args, compile=False))
+            if not _close(out, want, **vtol):
+                raise Failure("compile=False-vjp-value", prog, f"numpy {want!r}, vjp {out!r}")
+            cts = run("compile=False-vjp", lambda: vjp_fn(np.asarray(ct, np.result_type(out))))
+            for i, (g1, g2) in enumerate(zip(grads, cts)):
+                if not _close(np.asarray(g2, float) / ct, g1, **gtol):
+                    raise Failure("compile=False-vjp-grad", prog,
+                                  f"d/d{prog.names[i]}: compiled\n{g1!r}\nvjp / {ct}\n{g2!r}")
+        for a, b in zip(call_args, args):
+            if not np.array_equal(a, b):
+                raise Failure("compile=False-mutates-input", prog, f"input changed to {a!r}")
+
     if eager:
         runs = []
         before = dict(replay.stats)
@@ -788,12 +834,7 @@ def check_program(prog, *, eager=True, fd=True, value_and_grad=True, replay_stat
                     val = out.detach().numpy().copy() if isinstance(out, tg.Tensor) else out
                     out.backward()
                 except RuntimeError as e:
-                    # torch's error for an in-place change of a saved value:
-                    # right, and nothing to compare
-                    # (or of a leaf: the update reached an input through astype(copy=False))
-                    if ("modified by an inplace operation" in str(e) or "leaf Variable that "
-                            "requires grad is being used in an in-place" in str(e)) \
-                            and "inplace" in prog.tags:
+                    if _saved_value_changed(e, prog):
                         return None
                     raise
                 return val

@@ -249,29 +249,35 @@ def _uses_global_generator(x):
     return x + _GLOBAL_RNG.normal(size=3)
 
 
-def test_closure_generator_draw_is_detected_not_frozen(cache_dir):
+def test_closure_generator_is_drawn_from_at_run_time(cache_dir):
+    # a Generator the compiled function names (a closure variable) is an
+    # input read by reference: each call draws from it, as NumPy does
     rng = np.random.default_rng(0)
 
     def f(x):
         return x + rng.normal(size=3)
 
-    with pytest.raises(RandomTraceError) as e:
-        tg.compile(f)(np.zeros(3))
-    msg = str(e.value)
-    assert "closure variable 'rng'" in msg
-    assert "frozen" in msg and "np.random" in msg
+    cf = tg.compile(f)
+    got = [cf(np.zeros(3)) for _ in range(2)]
+    ref = np.random.default_rng(0)
+    np.testing.assert_array_equal(got[0], ref.normal(size=3))
+    np.testing.assert_array_equal(got[1], ref.normal(size=3))
     assert _numpy_functions_restored()
 
 
-def test_global_generator_and_helper_functions_are_detected(cache_dir):
-    with pytest.raises(RandomTraceError, match="global '_GLOBAL_RNG'"):
-        tg.compile(_uses_global_generator)(np.zeros(3))
+def test_global_generator_in_the_function_or_a_helper_is_drawn_from_at_run_time(cache_dir):
+    _GLOBAL_RNG.bit_generator.state = np.random.default_rng(0).bit_generator.state
+    got = tg.compile(_uses_global_generator)(np.zeros(3))
+    np.testing.assert_array_equal(got, np.random.default_rng(0).normal(size=3))
 
     def outer(x):  # the draw happens in a helper the traced function calls
         return _uses_global_generator(x) * 2
 
-    with pytest.raises(RandomTraceError, match="_GLOBAL_RNG"):
-        tg.compile(outer)(np.zeros(3))
+    _GLOBAL_RNG.bit_generator.state = np.random.default_rng(1).bit_generator.state
+    got = [tg.compile(outer)(np.zeros(3)) for _ in range(2)]
+    ref = np.random.default_rng(1)
+    np.testing.assert_array_equal(got[0], 2 * ref.normal(size=3))
+    np.testing.assert_array_equal(got[1], 2 * ref.normal(size=3))
 
 
 def test_generator_as_static_argument_is_detected(cache_dir):

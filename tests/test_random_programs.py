@@ -140,6 +140,17 @@ def test_augmented_assignment_through_a_view_is_a_clear_error(alias):
         tg.compile(f)(np.array([0.5, -1.0]))
 
 
+@pytest.mark.parametrize("copy", ["np.tile(a, 1)", "np.tile(a, (1,))"])
+def test_an_update_of_a_tile_by_ones_leaves_its_operand_alone(copy):
+    """np.tile(a, 1) returned a itself, so b += 1 on it changed a, in compiled
+    code and with compile=False; NumPy's tile makes a copy."""
+    ns = {"np": np}
+    exec(f"def f(x):\n    a = np.sin(x)\n    b = {copy}\n    b += 1.0\n    return np.sum(a)\n", ns)
+    f, x = ns["f"], np.array([0.1, 0.2])
+    np.testing.assert_allclose(tg.compile(f)(x), f(x), rtol=1e-12)
+    np.testing.assert_allclose(tg.value_and_grad(f, compile=False)(x)[0], f(x), rtol=1e-12)
+
+
 def test_in_place_update_of_one_result_leaves_an_equal_one_alone():
     def f(x):
         a = np.sin(x)

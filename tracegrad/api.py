@@ -18,14 +18,14 @@ import weakref
 import numpy as np
 
 from tracegrad.runtime import cache
-from tracegrad.frontend import code_deps
+from tracegrad.frontend import captured, code_deps
 from tracegrad.runtime import distributed
 from tracegrad.runtime.cache import _stats   # the counters tg.cache_info() reports
 from tracegrad._version import __version__
 from tracegrad.eager.profiler_state import _state as _prof_state, recording_anywhere as _profiling
 
 _ndarray = np.ndarray
-from tracegrad.runtime.graph_call import leaf_array
+from tracegrad.runtime.graph_call import leaf_array, display_paths, describe_path
 from tracegrad.ops import primitives
 from tracegrad.ops.primitives import Aval
 from tracegrad.frontend.trace import (Tracer, trace_function, tree_flatten, tree_unflatten,
@@ -47,27 +47,52 @@ def _clear_fast_paths():
 cache.on_clear_memory.append(_clear_fast_paths)
 
 
-def _norm_argnums(argnums):
-    if isinstance(argnums, int):
-        return (argnums,), True
-    return tuple(argnums), False
+def _is_index(a):
+    return isinstance(a, (int, np.integer)) and not isinstance(a, (bool, np.bool_))
+
+
+def _norm_argnums(argnums, what="argnums"):
+    """(positions, whether one int was given); an argument error names ``what``."""
+    if _is_index(argnums):
+        return (int(argnums),), True
+    if isinstance(argnums, (tuple, list)) and all(_is_index(a) for a in argnums):
+        return tuple(int(a) for a in argnums), False
+    raise TypeError(f"{what} must be an int or a tuple of ints (argument positions, counted "
+                    f"from 0; negative ones from the end), got {argnums!r}")
 
 
 # Signatures kept per function and transform (least recently used first
 # out): a function called with ever new shapes holds bounded memory.
 SIGNATURES_PER_FUNCTION = 64
+# retraces for changed captured state after which one warning says so
+RETRACE_WARNING = 8
+
+
+def _merged_checks(old_guard, checks):
+    """A new trace's checks of captured state, with those of the traces
+    built before it (still cached: the guard covers them all), without
+    repeats."""
+    out, seen = [], set()
+    for c in tuple(checks) + (old_guard.checks() if old_guard is not None else ()):
+        key = (type(c).__name__,) + tuple(id(getattr(c, a)) for a in ("obj", "read")
+                                          if hasattr(c, a)) + (repr(getattr(c, "shape", None)),)
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
+    return out
 
 
 class _Tables:
     """A function's built signatures, and the guard of what they read."""
-    __slots__ = ("fast", "arrays_only", "guard")
+    __slots__ = ("fast", "arrays_only", "guard", "retraces")
 
     def __init__(self):
         self.fast = cache.LRU(SIGNATURES_PER_FUNCTION)
         # runners for calls of positional ndarrays only: the hot path, a
         # plain dict (emptied when full; it is rebuilt from `fast`)
         self.arrays_only = {}
-        self.guard = None   # code_deps.Guard of the closure cells and globals traced
+        self.guard = None   # code_deps.Guard of the captured state the traces read
+        self.retraces = 0   # traces dropped because captured state changed
 
     def forget(self):
         self.fast.clear()
@@ -95,6 +120,8 @@ class Lowered:
     def __init__(self, graph, source, key, parts, backend, cuda_source=None):
         self.graph = graph
         self.source = source
+        self.captured = []    # captured state the generated function takes after the arguments
+        self.frozen = []      # captured arrays frozen into it as constants (the command line)
         self.key = key
         self.key_parts = parts
         self.backend = backend
@@ -121,7 +148,8 @@ class Lowered:
 
 class _Entry:
     """One compiled signature: the loaded module and how to call it."""
-    __slots__ = ("ns", "fns", "out_tree", "n_out", "out_avals", "wrt", "in_avals", "extra")
+    __slots__ = ("ns", "fns", "out_tree", "n_out", "out_avals", "wrt", "in_avals", "extra",
+                 "raw", "captured", "captured_desc")
 
     def __init__(self, ns, out_tree, n_out, out_avals, wrt, in_avals):
         self.ns = ns
@@ -131,6 +159,29 @@ class _Entry:
         self.wrt = wrt
         self.in_avals = in_avals
         self.extra = None
+        # the captured arrays and generators the generated function takes
+        # after the arguments, passed by reference on every call
+        # (tracegrad.frontend.captured); ``raw``: the generated function itself
+        self.raw = None
+        self.captured = ()
+        self.captured_desc = ()
+
+    def set_function(self, fn, trace):
+        """The generated function, called with the captured state appended."""
+        self.raw = fn
+        self.captured = tuple(trace.implicit)
+        self.captured_desc = tuple(trace.implicit_desc)
+        self.fns = _with_captured(fn, self.captured)
+
+
+def _with_captured(fn, cap):
+    """``fn`` taking the arguments only: the captured objects are appended."""
+    if not cap:
+        return fn
+
+    def with_captured_state(*args):
+        return fn(*args, *cap)
+    return with_captured_state
 
 
 class Compiled:
@@ -155,13 +206,17 @@ class Compiled:
         # compile=False: run fn eagerly on NumPy-face values that record the
         # tape, so control flow may depend on values (see _call_eager)
         self.compiled = bool(compile)
-        self.argnums, self._single = _norm_argnums(argnums)
+        label = f"tg.{'compile' if kind == 'forward' else kind} of {getattr(fn, '__name__', fn)}"
+        self.argnums, self._single = _norm_argnums(argnums, f"{label}: argnums")
         self.has_aux = has_aux
         self.backend = backend
-        if isinstance(static_argnums, int):
-            static_argnums = (static_argnums,)
+        static_argnums = _norm_argnums(static_argnums, f"{label}: static_argnums")[0]
         if isinstance(static_argnames, str):
             static_argnames = (static_argnames,)
+        if not (isinstance(static_argnames, (tuple, list))
+                and all(isinstance(a, str) for a in static_argnames)):
+            raise TypeError(f"{label}: static_argnames must be a str or a tuple of strs (the "
+                            f"names of keyword arguments), got {static_argnames!r}")
         self.static_argnums = tuple(static_argnums)
         self.static_argnames = tuple(static_argnames)
         try:
@@ -170,9 +225,11 @@ class Compiled:
             self._params = []
         # What was traced and built, per call signature, shared by every
         # Compiled of the same function and configuration: re-wrapping
-        # tg.grad(f) in a loop does not retrace.
+        # tg.grad(f) in a loop does not retrace.  compile=False is part of the
+        # configuration: its calls must never find the compiled code's runners.
         self._tables = _tables_for(fn, (kind, self.argnums, self._single, has_aux, backend,
-                                        self.static_argnums, self.static_argnames))
+                                        self.static_argnums, self.static_argnames,
+                                        self.compiled))
         self._fast = self._tables.fast
         self._arrays_only = self._tables.arrays_only
         # the name and docstring only: merging fn.__dict__ would copy a
@@ -224,16 +281,37 @@ class Compiled:
         names.extend(leaf_paths(kw_tree, "kw")[i] for i in range(len(kw_leaves)))
         return leaves, ranges, kw_tree, statics, names
 
-    def _wrt_leaves(self, ranges):
+    def _where(self, j, ranges, kw_tree):
+        """Leaf ``j`` of a call, named for an error: ``tg.grad of f: argument
+        p['w']`` (leaf_array calls it only when it refuses the leaf)."""
+        what = f"tg.{'compile' if self.kind == 'forward' else self.kind} of {self.__name__}"
+        for i, lo, hi, tree in ranges:
+            if lo <= j < hi:
+                pname = self._params[i] if i < len(self._params) else f"arg{i}"
+                return f"{what}: {describe_path(display_paths(tree, pname)[j - lo])}"
+        n = max((r[2] for r in ranges), default=0)
+        return f"{what}: {describe_path(display_paths(kw_tree, None)[j - n], 'keyword argument')}"
+
+    def _wrt_leaves(self, ranges, nargs):
         pos_to_range = {r[0]: r for r in ranges}
         wrt = []
         for a in self.argnums:
-            if a not in pos_to_range:
-                raise TypeError(f"argnums={self.argnums} refers to argument {a}, which is "
-                                f"{'static' if a in self.static_argnums else 'not passed'}; "
-                                f"differentiate with respect to a dynamic array argument")
-            _, lo, hi, _ = pos_to_range[a]
-            wrt.append((a, lo, hi))
+            p = a + nargs if -nargs <= a < 0 else a    # negative: from the end, as in JAX
+            if p not in pos_to_range:
+                why = (f"which is static (static_argnums={self.static_argnums})"
+                       if 0 <= p < nargs else
+                       f"but the function was called with {nargs} positional argument"
+                       f"{'s' if nargs != 1 else ''}")
+                raise TypeError(f"tg.{self.kind} of {self.__name__}: argnums={self.argnums} "
+                                f"refers to argument {a}, {why}; differentiate with respect "
+                                f"to a dynamic array argument, passed positionally")
+            _, lo, hi, tree = pos_to_range[p]
+            if tree == ("none",):
+                pname = self._params[p] if p < len(self._params) else f"arg{p}"
+                raise TypeError(f"tg.{self.kind} of {self.__name__}: argnums={self.argnums} "
+                                f"refers to argument '{pname}', which is None: there is nothing "
+                                f"to differentiate. Pass an array, or choose other argnums")
+            wrt.append((p, lo, hi))
         return wrt
 
     # --- calls -----------------------------------------------------------------------
@@ -279,7 +357,7 @@ class Compiled:
         arrays = []
         tensors = False
         for j, x in enumerate(leaves):
-            a, is_t = leaf_array(x, f"argument leaf '{names[j] if j < len(names) else j}'")
+            a, is_t = leaf_array(x, functools.partial(self._where, j, ranges, kw_tree))
             arrays.append(a)
             tensors |= is_t
         faces = _leaf_faces(leaves) if tensors else None
@@ -328,7 +406,8 @@ class Compiled:
         try:
             self(*args, **kwargs)          # make sure the signature is built
             leaves, ranges, kw_tree, statics, names = self._flatten(args, kwargs)
-            arrays = [leaf_array(x, "argument")[0] for x in leaves]
+            arrays = [leaf_array(x, functools.partial(self._where, j, ranges, kw_tree))[0]
+                      for j, x in enumerate(leaves)]
             sig = (tuple(map(_leaf_sig, arrays)),
                    tuple((r[0], r[3]) for r in ranges), kw_tree, static_key(statics), len(args),
                    _leaf_faces(leaves))
@@ -337,7 +416,7 @@ class Compiled:
             _prof_state.current = prof
         if entry is None:  # a call on the tape: no generated entry of its own
             return self(*args, **kwargs)
-        fn = instrumented(entry.fns)
+        fn = _with_captured(instrumented(entry.raw or entry.fns), entry.captured)
         ev = prof._begin(self.__name__, "compiled", arrays)
         try:
             return self._run(entry, arrays, ranges, fn)
@@ -409,8 +488,10 @@ class Compiled:
         return res[0] if self._single else tuple(res)
 
     # --- building ---------------------------------------------------------------------
-    def _trace(self, arrays, ranges, kw_tree, statics, names, nargs, faces=None):
-        """faces: the dialect of each leaf (None: all NumPy)."""
+    def _trace(self, arrays, ranges, kw_tree, statics, names, nargs, faces=None, capture=True):
+        """faces: the dialect of each leaf (None: all NumPy).  capture: the
+        arrays and generators the function captured are inputs read at call
+        time (``trace.implicit``), else constants."""
         avals = [_leaf_aval(a) for a in arrays]
         from tracegrad.runtime import pipeline
         # CuPy arrays select the CUDA target; Dask arrays the NumPy target
@@ -423,10 +504,14 @@ class Compiled:
         def rebuild(tracers):
             return _rebuild_args(tracers, ranges, kw_tree, statics, nargs)
 
-        trace, out_tree = trace_function(self.fn, avals, rebuild, names, backend, faces)
+        trace, out_tree = trace_function(self.fn, avals, rebuild, names, backend, faces,
+                                         capture=capture)
         cache.count("traces")
-        guard = code_deps.Guard(self.fn)
+        guard = code_deps.Guard(self.fn, checks=_merged_checks(self._tables.guard, trace.checks))
         self._tables.guard = guard if guard else None   # nothing read: nothing to check
+        if guard.unchecked:
+            captured.explain(self.fn, [f"{u} are not checked: a change there is not seen"
+                                       for u in guard.unchecked])
         self._check_out_tree(out_tree)
         return trace, out_tree, avals, backend
 
@@ -438,10 +523,11 @@ class Compiled:
         from tracegrad.autograd import enable_grad
         from tracegrad.eager.tensor import NumpyTensor
         leaves, ranges, kw_tree, statics, names = self._flatten(args, kwargs)
-        wrt = self._wrt_leaves(ranges) if self.kind != "forward" else []
-        arrays = [leaf_array(x, f"argument leaf '{n}'")[0] for x, n in zip(leaves, names)]
+        wrt = self._wrt_leaves(ranges, len(args)) if self.kind != "forward" else []
+        arrays = [leaf_array(x, functools.partial(self._where, j, ranges, kw_tree))[0]
+                  for j, x in enumerate(leaves)]
         avals = [_leaf_aval(a) for a in arrays]
-        self._check_wrt(self.kind, avals, wrt, names)
+        self._check_wrt(self.kind, avals, wrt, names, ranges, kw_tree)
         xs = {j: NumpyTensor(np.array(arrays[j]), requires_grad=True)
               for _, lo, hi in wrt for j in range(lo, hi)}
         values = [xs.get(j, x) for j, x in enumerate(leaves)]
@@ -455,11 +541,23 @@ class Compiled:
         return self._run(entry, leaves, ranges, lambda *_: flat)
 
     def _forget_traces(self, changed):
-        """A cell or global the traces read was rebound: they are stale."""
-        self._tables.forget()
+        """Captured state the traces read changed (a cell or global rebound, a
+        value read from a container or attribute, a captured array's shape
+        or, for one frozen into the code, its values): they are stale."""
+        tables = self._tables
+        retraces = tables.retraces + 1
+        tables.forget()
+        tables.retraces = retraces
         if os.environ.get("TRACEGRAD_EXPLAIN"):
-            print(f"tracegrad: retracing {self.__name__} because {changed} it reads was "
-                  f"rebound since it was traced", file=sys.stderr)
+            print(f"tracegrad: retracing {self.__name__}: {changed} changed since it was "
+                  f"traced", file=sys.stderr)
+        if retraces == RETRACE_WARNING:
+            import warnings
+            warnings.warn(f"tracegrad: {self.__name__} was traced again {retraces} times "
+                          f"because captured state it reads changed between calls (last: "
+                          f"{changed}). A value that changes on every call is better passed "
+                          f"as an argument (a number or array argument is traced, not fixed "
+                          f"into the code).", RuntimeWarning, stacklevel=3)
 
     def _check_out_tree(self, out_tree):
         """A derivative of a scalar needs exactly one output (and its aux)."""
@@ -496,43 +594,56 @@ class Compiled:
             "version": __version__,
             "templates": templates_hash(),
             "graph": trace.structure_hash(),
+            **({"captured": [f"{d}: {_describe_captured(o)}" for o, d in
+                             zip(trace.implicit, trace.implicit_desc)]} if trace.implicit else {}),
         }
 
     def _build(self, kind, arrays, ranges, kw_tree, statics, names, nargs, lower=False,
-               faces=None):
-        trace, out_tree, avals, backend = self._trace(arrays, ranges, kw_tree, statics, names,
-                                                      nargs, faces)
-        wrt = self._wrt_leaves(ranges) if kind != "forward" and kind != "vjp" and kind != "jvp" \
+               faces=None, capture=True):
+        # the arguments differentiated are checked before tracing
+        wrt = self._wrt_leaves(ranges, nargs) if kind not in ("forward", "vjp", "jvp") \
             else [(None, 0, len(arrays))]
-        self._check_wrt(kind, avals, wrt, names)
+        self._check_wrt(kind, [_leaf_aval(a) for a in arrays], wrt, names, ranges, kw_tree)
+        trace, out_tree, avals, backend = self._trace(arrays, ranges, kw_tree, statics, names,
+                                                      nargs, faces, capture)
+        names = [trace.nodes[i].name for i in trace.inputs]   # the captured state's too
         parts = self._key_parts(kind, trace, avals, statics, backend, wrt)
         khash = cache.key_hash(parts)
         if lower:
             graph, source = _compile(kind, trace, wrt, names, self, parts, khash)
-            return Lowered(graph, source, khash, parts, backend)
+            lowered = Lowered(graph, source, khash, parts, backend)
+            lowered.captured = list(trace.implicit_desc)   # the inputs after the arguments
+            lowered.frozen = list(trace.frozen)            # capture="freeze": constants
+            return lowered
         from tracegrad.runtime import pipeline  # a build: the code generator loads here
         ns = pipeline.load(khash, parts,
                            lambda: _compile(kind, trace, wrt, names, self, parts, khash)[1],
                            explain_as=parts["function"])
         n_out = len(trace.outputs)
         entry = _Entry(ns, out_tree, n_out, None, wrt, avals)
-        entry.fns = ns[_FN_NAME[kind]]
+        entry.set_function(ns[_FN_NAME[kind]], trace)
         return entry
 
-    def _check_wrt(self, kind, avals, wrt, names):
+    def _check_wrt(self, kind, avals, wrt, names, ranges, kw_tree):
         if kind in ("grad", "value_and_grad", "jacrev", "jacfwd", "hessian"):
             for a, lo, hi in wrt:
                 for j in range(lo, hi):
-                    if np.issubdtype(avals[j].dtype, np.complexfloating):
+                    dtype = avals[j].dtype
+                    if np.issubdtype(dtype, np.complexfloating):
                         raise TypeError(
-                            f"{kind} of {self.__name__}: argument '{names[j]}' is complex "
-                            f"({avals[j].dtype}); tracegrad differentiates real functions of "
+                            f"{self._where(j, ranges, kw_tree)} is complex "
+                            f"({dtype}); tracegrad differentiates real functions of "
                             f"real inputs only. Pass the real and imaginary parts as two "
                             f"float arguments (x.real, x.imag).")
-                    if not np.issubdtype(avals[j].dtype, np.inexact):
+                    if dtype == object:   # the one object input: a Generator
                         raise TypeError(
-                            f"{kind} of {self.__name__}: argument '{names[j]}' has dtype "
-                            f"{avals[j].dtype}; gradients are defined for floating-point inputs. "
+                            f"{self._where(j, ranges, kw_tree)} is a np.random.Generator, "
+                            f"which has no gradient; gradients are defined for floating-point "
+                            f"inputs. Choose other argnums.")
+                    if not np.issubdtype(dtype, np.inexact):
+                        raise TypeError(
+                            f"{self._where(j, ranges, kw_tree)} has dtype "
+                            f"{dtype}; gradients are defined for floating-point inputs. "
                             f"Convert it (x.astype(np.float64)) or choose other argnums.")
 
     def _call_inline(self, leaves, ranges, kw_tree, statics, names, nargs):
@@ -541,6 +652,9 @@ class Compiled:
         is evaluated op by op on those values, so the caller differentiates
         through it (grad of grad, a gradient inside a compiled step)."""
         from tracegrad.ir import graph as ir
+        for j, x in enumerate(leaves):   # the arguments that are not the caller's values
+            if type(x) is not Tracer and not distributed.is_dask_array(x):
+                leaf_array(x, functools.partial(self._where, j, ranges, kw_tree))
         avals = [primitives.aval_of(x) for x in leaves]
         faces = _leaf_faces(leaves)
         sig = ("inline", tuple(avals), tuple((r[0], r[3]) for r in ranges), kw_tree,
@@ -549,13 +663,17 @@ class Compiled:
         if hit is None:
             trace, out_tree, avals, _ = self._trace(avals, ranges, kw_tree, statics, names, nargs,
                                                     faces)
-            wrt = self._wrt_leaves(ranges)
-            self._check_wrt(self.kind, avals, wrt, names)
+            wrt = self._wrt_leaves(ranges, nargs)
+            self._check_wrt(self.kind, avals, wrt, names, ranges, kw_tree)
             g = _transform_graph(self.kind, trace, wrt)
-            hit = self._fast[sig] = (g, _Entry(None, out_tree, len(trace.outputs), None, wrt, avals))
+            entry = _Entry(None, out_tree, len(trace.outputs), None, wrt, avals)
+            entry.captured, entry.captured_desc = tuple(trace.implicit), tuple(trace.implicit_desc)
+            hit = self._fast[sig] = (g, entry)
         g, entry = hit
         outer = next((x._trace for x in leaves if type(x) is Tracer), None)
-        outs = ir.eval_graph(g, leaves, trace=outer)[0]
+        # the captured state is the enclosing trace's captured state too
+        captured.adopt(entry.captured, entry.captured_desc)
+        outs = ir.eval_graph(g, list(leaves) + list(entry.captured), trace=outer)[0]
         return self._run(entry, leaves, ranges, lambda *_: outs)
 
     def _call_dask(self, leaves, ranges, kw_tree, statics, names, nargs):
@@ -566,7 +684,7 @@ class Compiled:
                             f"{self.__name__} does not take dask arrays; tg.compile, tg.grad and "
                             f"tg.value_and_grad do (for sums or means over rows)")
         arrays = [x if distributed.is_dask_array(x) else
-                  leaf_array(x, f"argument leaf '{names[j] if j < len(names) else j}'")[0]
+                  leaf_array(x, functools.partial(self._where, j, ranges, kw_tree))[0]
                   for j, x in enumerate(leaves)]
         axes = distributed.batch_axes(arrays, names)
         sig = ("dask", tuple(map(_leaf_sig, arrays)), tuple(sorted(axes.items())),
@@ -575,25 +693,38 @@ class Compiled:
         if hit is None:
             trace, out_tree, avals, backend = self._trace(arrays, ranges, kw_tree, statics,
                                                           names, nargs)
-            wrt = self._wrt_leaves(ranges) if self.kind != "forward" else []
-            self._check_wrt(self.kind, avals, wrt, names)
+            wrt = self._wrt_leaves(ranges, nargs) if self.kind != "forward" else []
+            self._check_wrt(self.kind, avals, wrt, names, ranges, kw_tree)
             fn = self.fn
+            # captured arrays are inputs of each chunk's program, not split into rows
+            all_avals = avals + [Aval(tuple(o.shape), o.dtype) for o in trace.implicit]
+            all_names = [trace.nodes[i].name for i in trace.inputs]
             plan = distributed.Plan(
-                trace, avals, axes, [j for _, lo, hi in wrt for j in range(lo, hi)], self.kind,
-                names, f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}",
-                backend)
-            hit = self._fast[sig] = (plan, _Entry(None, out_tree, len(trace.outputs), None, wrt,
-                                                  avals))
+                trace, all_avals, axes, [j for _, lo, hi in wrt for j in range(lo, hi)],
+                self.kind, all_names,
+                f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}", backend)
+            entry = _Entry(None, out_tree, len(trace.outputs), None, wrt, avals)
+            entry.captured = tuple(trace.implicit)
+            hit = self._fast[sig] = (plan, entry)
         plan, entry = hit
-        flat = plan.run(arrays)
+        flat = plan.run(list(arrays) + list(entry.captured))
         return self._run(entry, arrays, ranges, lambda *_: flat)
 
     def lower(self, *args, **kwargs):
-        """Trace and generate without running: -> Lowered (graph, source, dot())."""
+        """Trace and generate without running: -> Lowered (graph, source, dot()).
+        The captured arrays and generators the function reads are the
+        generated function's parameters after the arguments
+        (``Lowered.captured`` names them)."""
+        return self._lower(args, kwargs)
+
+    def _lower(self, args, kwargs, capture=True):
+        """``lower``; capture="freeze": captured arrays become constants
+        (the command line's standalone module), listed in ``Lowered.frozen``."""
         leaves, ranges, kw_tree, statics, names = self._flatten(args, kwargs)
-        arrays = [leaf_array(x, "argument")[0] for x in leaves]
+        arrays = [leaf_array(x, functools.partial(self._where, j, ranges, kw_tree))[0]
+                  for j, x in enumerate(leaves)]
         return self._build(self.kind, arrays, ranges, kw_tree, statics, names, len(args), lower=True,
-                           faces=_leaf_faces(leaves))
+                           faces=_leaf_faces(leaves), capture=capture)
 
     # --- compiled calls on the eager tape ---------------------------------------------------
     def _call_on_tape(self, args, leaves, arrays, ranges, kw_tree, statics, names, sig):
@@ -603,10 +734,11 @@ class Compiled:
         if entry is None:
             trace, out_tree, avals, backend = self._trace(arrays, ranges, kw_tree, statics,
                                                           names, len(args), _leaf_faces(leaves))
-            entry = (graph_call.GraphFunction.from_trace(trace, names, self.__name__), out_tree)
+            entry = (graph_call.GraphFunction.from_trace(trace, names, self.__name__), out_tree,
+                     tuple(trace.implicit))
             self._fast[key] = entry
-        gf, out_tree = entry
-        outs = gf.call_tensors(leaves)
+        gf, out_tree, cap = entry
+        outs = gf.call_tensors(list(leaves) + list(cap))
         return tree_unflatten(out_tree, list(outs))
 
 
@@ -666,6 +798,12 @@ def _leaf_faces(leaves):
     anything else NumPy; None when all speak NumPy."""
     faces = tuple(getattr(x, "_face", "numpy") for x in leaves)
     return faces if "torch" in faces else None
+
+
+def _describe_captured(obj):
+    if isinstance(obj, np.ndarray):
+        return f"{obj.dtype}{list(obj.shape)}"
+    return type(obj).__name__
 
 
 def _leaf_sig(a):
@@ -823,9 +961,13 @@ def _bind_statics(fn, primals, static_argnums, static_argnames, what):
         raise TypeError(f"tg.{what} takes its primals positionally, so static_argnames has "
                         f"nothing to name; bind keyword arguments with functools.partial or "
                         f"a lambda")
-    if isinstance(static_argnums, int):
-        static_argnums = (static_argnums,)
+    static_argnums = _norm_argnums(static_argnums, "static_argnums")[0]
     n = len(primals)
+    for a in static_argnums:
+        if not -n <= a < n:
+            raise TypeError(f"tg.{what} of {getattr(fn, '__qualname__', fn)}: "
+                            f"static_argnums={static_argnums} refers to primal {a}, but "
+                            f"{n} primal{'s were' if n != 1 else ' was'} given")
     static = {a % n for a in static_argnums}
     if not static:
         return fn, tuple(primals), ()
@@ -836,6 +978,7 @@ def _bind_statics(fn, primals, static_argnums, static_argnames, what):
         return fn(*[fixed[i] if i in fixed else next(it) for i in range(n)])
 
     with_statics.__qualname__ = getattr(fn, "__qualname__", "f")
+    with_statics.__name__ = getattr(fn, "__name__", "f")
     with_statics.__module__ = getattr(fn, "__module__", None)
     return with_statics, tuple(p for i, p in enumerate(primals) if i not in static), sorted(static)
 
@@ -860,9 +1003,11 @@ def _eager_run(f, primals):
     from tracegrad.autograd import enable_grad
     from tracegrad.eager.tensor import NumpyTensor
     leaves, tree = tree_flatten(tuple(primals))
+    paths = display_paths(tree, "primals")
+    name = getattr(f, "__qualname__", "f")
     xs = []
-    for x in leaves:
-        a = leaf_array(x, "primal")[0]
+    for x, path in zip(leaves, paths):
+        a = leaf_array(x, lambda: f"{name} (compile=False): {path}")[0]
         xs.append(NumpyTensor(np.array(a), requires_grad=a.dtype.kind in "fc"))
     with enable_grad():
         out = f(*tree_unflatten(tree, xs))

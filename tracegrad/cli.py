@@ -4,7 +4,7 @@
               [--grad | --value-and-grad | --vjp | --jvp | --jacobian | --hessian]
               [--wrt w,b] [--backend numpy|cupy] [--name NAME] -o OUT.py
     tracegrad show FILE.py:FUNC --arg ... [--grad ...] [--format source|ir|dot] [--render g.png]
-    tracegrad cache info | tracegrad cache clear
+    tracegrad cache info | tracegrad cache prune [--max-bytes SIZE] | tracegrad cache clear
 
 ``compile`` writes ONE standalone module: the generated code of the chosen
 transform (from ``.lower()``, exactly what the decorator runs), wrapped in a
@@ -368,14 +368,17 @@ def _lower(fn, target, transform, wrt, backend):
 
     xs = target.placeholders()
     argnums = tuple(wrt) if len(wrt) > 1 else (wrt[0] if wrt else 0)
+    # The standalone module cannot read the user's module at run time: the
+    # arrays the function captured (globals, closure variables) are frozen
+    # into it with the values they have now (Lowered.frozen lists them).
     if transform == "forward":
-        return tg.compile(fn, backend=backend).lower(*xs)
+        return tg.compile(fn, backend=backend)._lower(xs, {}, capture="freeze")
     if transform in ("grad", "value_and_grad", "jacobian", "hessian"):
         make = {"grad": tg.value_and_grad, "value_and_grad": tg.value_and_grad,
                 "jacobian": tg.jacobian, "hessian": tg.hessian}[transform]
-        return make(fn, argnums=argnums, backend=backend).lower(*xs)
+        return make(fn, argnums=argnums, backend=backend)._lower(xs, {}, capture="freeze")
     from tracegrad.runtime import cache, pipeline
-    fwd = tg.compile(fn, backend=backend).lower(*xs)
+    fwd = tg.compile(fn, backend=backend)._lower(xs, {}, capture="freeze")
     n_out = len(fwd.graph.graph["outputs"])
     names = list(target.dyn)
     g2 = pipeline.transform(fwd.graph, transform, wrt)
@@ -391,7 +394,9 @@ def _lower(fn, target, transform, wrt, backend):
     source = pipeline.generate(
         [(g2, transform, names, f"The {transform} of {src}: the {what}.")], fwd.backend,
         source=src, transform=transform, key=key)
-    return Lowered(g2, source, key, parts, fwd.backend)
+    lowered = Lowered(g2, source, key, parts, fwd.backend)
+    lowered.frozen = fwd.frozen
+    return lowered
 
 
 def run_lowering(target, transform, wrt, backend):
@@ -634,6 +639,12 @@ def standalone_module(target, transform, wrt, backend, lowered, public_name, com
     except (TypeError, OSError):
         line = ""
     arg_lines = "\n".join(f"    {n:<12} {spec_str(*s)}" for n, s in zip(params, specs))
+    frozen = getattr(lowered, "frozen", None)
+    frozen = (textwrap.fill("Captured arrays frozen in with the values they had when this module "
+                            "was generated (the compiled function reads them at call time; "
+                            "this module cannot): " + safe_text(", ".join(frozen)) + ".", 76,
+                            break_long_words=False, break_on_hyphens=False) + "\n"
+              if frozen else "")
     call = f"{public_name}({', '.join(params)})"
     head = f'''"""{public_name}: {desc} {fname}{wrt_txt}.
 
@@ -650,7 +661,7 @@ Usage:
 
 Arguments (checked on every call; a wrong shape or dtype raises ValueError):
 {arg_lines}
-{"Static values baked in: " + statics + chr(10) if statics else ""}Returns {returns}.
+{"Static values baked in: " + statics + chr(10) if statics else ""}{frozen}Returns {returns}.
 """
 '''
     # never split a word, so an escape (\n, \") stays whole
@@ -693,6 +704,10 @@ def cmd_compile(a):
     name = a.name or target.func_name
     command = "tracegrad compile " + " ".join(_quote(x) for x in a.argv)
     text = standalone_module(target, a.transform, wrt, a.backend, lowered, name, command)
+    if getattr(lowered, "frozen", None):
+        print(f"tracegrad compile: note: {target.func_name} reads captured arrays; the "
+              f"standalone module holds their current values (frozen): "
+              f"{', '.join(lowered.frozen)}", file=sys.stderr)
     if a.backend == "native":
         text = _native_standalone(text)
     module_name = "OUT" if a.output == "-" else os.path.splitext(os.path.basename(a.output))[0]
@@ -796,27 +811,101 @@ def _human(n):
         n /= 1024
 
 
+def _cap_text(cap):
+    return "no limit (0)" if cap == 0 else f"{_human(cap)} ({cap} bytes)"
+
+
 def cmd_cache(a):
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            return _cache_action(a)
+        finally:    # tracegrad's warnings (an unsafe folder, a bad cap) as plain lines
+            for w in caught:
+                msg = str(w.message)
+                msg = msg[len("tracegrad: "):] if msg.startswith("tracegrad: ") else msg
+                print(f"tracegrad cache: warning: {msg}", file=sys.stderr)
+
+
+def _cache_action(a):
     from tracegrad.runtime import cache
     d = cache.cache_dir()
+    if a.max_bytes is not None and a.action != "prune":
+        raise CLIError(f"--max-bytes goes with `tracegrad cache prune`, not `cache {a.action}`")
     if a.action == "info":
-        info = cache.cache_info()
         if d is None:
             print("disk cache: off (TRACEGRAD_CACHE=0); compiled code is kept in memory only")
             return 0
+        u = cache.disk_usage(d)
         print(f"folder:  {d}{'' if os.path.isdir(d) else ' (not created yet)'}")
-        print(f"entries: {info['disk_entries']}")
-        print(f"size:    {_human(info['disk_bytes'])} ({info['disk_bytes']} bytes)")
+        print(f"entries: {u['entries']}")
+        print(f"size:    {_human(u['bytes'])} ({u['bytes']} bytes)")
+        env_cap = os.environ.get("TRACEGRAD_CACHE_MAX_BYTES", "").strip()
+        try:
+            cache.parse_size(env_cap)
+            how = f"TRACEGRAD_CACHE_MAX_BYTES={env_cap}"
+        except ValueError:
+            how = (f"the default: TRACEGRAD_CACHE_MAX_BYTES={env_cap!r} is not a size"
+                   if env_cap else "the default; TRACEGRAD_CACHE_MAX_BYTES sets it, 0 for no "
+                                   "limit")
+        print(f"cap:     {_cap_text(u['max_bytes'])} ({how})")
+        print("by kind:")
+        for kind, label, unit, counted in cache.KINDS:
+            n, b = u[kind]["count"], u[kind]["bytes"]
+            if kind in ("orphan", "other") and n == 0:
+                continue    # rare: shown only when there are some
+            note = "" if counted else ("  (not counted: writes in progress; removed by prune "
+                                       "after an hour)" if kind == "temp" else
+                                       "  (not counted, never removed)")
+            units = unit if n == 1 else {"entry": "entries"}.get(unit, unit + "s")
+            print(f"  {label + ':':<28}{n:>7} {units:<8}{_human(b):>12}{note}")
         src = "TRACEGRAD_CACHE_DIR" if os.environ.get("TRACEGRAD_CACHE_DIR") else "default"
         print(f"set by:  {src}; TRACEGRAD_CACHE=0 turns the disk cache off")
         return 0
     if d is None:
-        print("disk cache: off (TRACEGRAD_CACHE=0); nothing to clear")
+        print(f"disk cache: off (TRACEGRAD_CACHE=0); nothing to {a.action}")
+        return 0
+    if a.action == "prune":
+        if not os.path.isdir(d):
+            print(f"nothing to prune: {d} does not exist yet")
+            return 0
+        r = cache.prune(a.max_bytes)
+        if r is None:
+            raise CLIError(f"the cache folder {d} cannot be used (see the warning above)")
+        rm = r["removed"]
+
+        def n_of(n, one, many):
+            return f"{n} {one if n == 1 else many}"
+        parts = [n_of(r["evicted_entries"], "entry", "entries")
+                 + f" ({rm['other_version']} of other tracegrad versions, {rm['lru']} least "
+                   f"recently used)"]
+        parts += [n_of(rm[k], one, many) for k, one, many in (
+            ("recipe", "compiler recipe", "compiler recipes"),
+            ("orphan", "piece of a removed entry", "pieces of removed entries"),
+            ("temp", "stale temporary file", "stale temporary files")) if rm[k]]
+        print(f"pruned {d} to a cap of {_cap_text(r['max_bytes'])}: removed "
+              f"{', '.join(parts)}; freed {_human(r['freed_bytes'])}")
+        print(f"size:    {_human(r['bytes_before'])} -> {_human(r['bytes_after'])} "
+              f"({r['bytes_after']} bytes)")
+        if r["kept_fresh"]:
+            print(f"kept:    {n_of(r['kept_fresh'], 'entry', 'entries')} whose shared object "
+                  f"was built in the last {cache.FRESH_OBJECT_SECONDS} s (a process may be "
+                  f"loading it); run prune again later to remove "
+                  f"{'it' if r['kept_fresh'] == 1 else 'them'}")
         return 0
     before = cache.cache_info()
     cache.clear_cache()
     print(f"cleared {before['disk_entries']} entries ({_human(before['disk_bytes'])}) from {d}")
     return 0
+
+
+def _size_arg(text):
+    from tracegrad.runtime import cache
+    try:
+        return cache.parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 # --- argument parsing ------------------------------------------------------------------------------
@@ -885,10 +974,18 @@ def build_parser():
     s.add_argument("--render", metavar="OUT.png",
                    help="render the graph with Graphviz `dot` (format from the extension: png, "
                         "svg, pdf)")
-    k = sub.add_parser("cache", parents=[common], help="the compile cache: info or clear",
+    k = sub.add_parser("cache", parents=[common],
+                       help="the compile cache: info, prune or clear",
                        description="The disk cache of generated code (TRACEGRAD_CACHE_DIR, "
-                                   "TRACEGRAD_CACHE=0 to turn it off).")
-    k.add_argument("action", choices=("info", "clear"))
+                                   "TRACEGRAD_CACHE=0 to turn it off, TRACEGRAD_CACHE_MAX_BYTES "
+                                   "its size cap, 1 GiB by default). info: its folder, cap and "
+                                   "sizes by kind; prune: bring it under the cap now (entries "
+                                   "of other tracegrad versions first, then the least recently "
+                                   "used); clear: empty it.")
+    k.add_argument("action", choices=("info", "prune", "clear"))
+    k.add_argument("--max-bytes", type=_size_arg, metavar="SIZE",
+                   help="with prune: the cap to prune to (bytes, or 500MB, 1.5GiB, 2G; 0: no "
+                        "limit) instead of TRACEGRAD_CACHE_MAX_BYTES")
     return p
 
 

@@ -35,9 +35,13 @@ from __future__ import annotations
 
 import weakref
 
+import numpy as np
+
 from tracegrad import api
 from tracegrad.runtime import cache, pipeline
+from tracegrad.runtime.graph_call import ACCEPTED_KINDS, dtype_error, display_paths, leaf_array
 from tracegrad.ops.primitives import Aval
+from tracegrad.frontend import captured
 from tracegrad.frontend.trace import TraceError, Tracer, trace_function, tree_flatten, tree_unflatten, leaf_paths
 
 __all__ = ["grad", "grad_and_value", "vjp", "jvp", "jacrev", "jacfwd", "hessian", "vmap",
@@ -138,6 +142,7 @@ def _scalar_checked(func, has_aux, what):
         return out
 
     scalar_output.__qualname__ = getattr(func, "__qualname__", "f")
+    scalar_output.__name__ = getattr(func, "__name__", "f")   # errors name the user's function
     scalar_output.__module__ = getattr(func, "__module__", None)
     scalar_output.__wrapped__ = func   # its signature names the arguments
     return scalar_output
@@ -196,6 +201,7 @@ def _jacobian(transform, what, func, argnums, has_aux):
             return _split_aux(func(*args, **kwargs), what)[1]
 
         value_of.__qualname__ = aux_of.__qualname__ = getattr(func, "__qualname__", "f")
+        value_of.__name__ = aux_of.__name__ = getattr(func, "__name__", "f")
         jac = transform(value_of, argnums)
         aux = api.compile(aux_of)
 
@@ -234,7 +240,7 @@ def _trace_inner(fn, avals, rebuild, names, backend, faces, what):
     way that fails for a nested transform: a closure over the enclosing
     transform's values."""
     try:
-        return trace_function(fn, avals, rebuild, names, backend, faces)
+        trace, out_tree = trace_function(fn, avals, rebuild, names, backend, faces, capture=True)
     except TraceError as e:
         if "from one trace was used inside another" not in str(e):
             raise
@@ -243,6 +249,10 @@ def _trace_inner(fn, avals, rebuild, names, backend, faces, what):
             f"a closure (e.g. grad(lambda w: vmap(lambda x: (x * w).sum())(xs).sum())); "
             f"tracegrad transforms a function's own arguments only. Pass that value as an "
             f"argument instead: vmap(lambda x, w: ..., in_dims=(0, None))(xs, w)") from e
+    # the captured arrays and generators it reads are the enclosing trace's
+    # too: its graph is evaluated there on these objects (after the arguments)
+    captured.adopt(trace.implicit, trace.implicit_desc)
+    return trace, out_tree
 
 
 # --- vjp and jvp ----------------------------------------------------------------------
@@ -270,6 +280,7 @@ def _dot_with(func, has_aux):
         return total
 
     dot.__qualname__ = f"vjp({getattr(func, '__qualname__', 'f')})"
+    dot.__name__ = f"vjp({getattr(func, '__name__', 'f')})"
     return dot
 
 
@@ -326,7 +337,8 @@ def _jvp_impl(func, has_aux):
                                        outer.backend, faces, "jvp")
         g = pipeline.transform(pipeline.graph_of(trace), "jvp", range(len(p_leaves)))
         from tracegrad.ir import graph as ir
-        outs = ir.eval_graph(g, list(p_leaves) + list(t_leaves), trace=outer)[0]
+        outs = ir.eval_graph(g, list(p_leaves) + list(trace.implicit) + list(t_leaves),
+                             trace=outer)[0]
         n = len(trace.outputs)
         result = (tree_unflatten(out_tree, outs[:n]), tree_unflatten(out_tree, outs[n:]))
         if has_aux:
@@ -355,6 +367,19 @@ def jvp(func, primals, tangents, *, strict=False, has_aux=False):
         raise ValueError(f"torch.func.jvp: expected primals and tangents to have the same "
                          f"structure, got {len(p_leaves)} primal and {len(t_leaves)} tangent "
                          f"tensors")
+    fname = getattr(func, "__name__", "f")
+    if not p_leaves:
+        raise TypeError(f"torch.func.jvp({fname}, primals, tangents): expected primals to be a "
+                        f"tuple of Tensors, got {primals!r}")
+    for tree, leaves, what in ((p_tree, p_leaves, "primals"), (t_tree, t_leaves, "tangents")):
+        for x, path in zip(leaves, display_paths(tree, what)):
+            if type(x) is Tracer:   # a value of an enclosing transform
+                continue
+            if type(x) is np.random.Generator:
+                raise TypeError(f"torch.func.jvp({fname}, primals, tangents): {path} is a "
+                                f"np.random.Generator; expected Tensors. Bind it with "
+                                f"functools.partial or a lambda instead")
+            leaf_array(x, lambda: f"torch.func.jvp({fname}, primals, tangents): {path}")
     for p, t in zip(p_leaves, t_leaves):
         ps, ts = tuple(getattr(p, "shape", ())), tuple(getattr(t, "shape", ()))
         if ps != ts:
@@ -514,7 +539,9 @@ def _make_vmap(func, in_dims, out_dims, randomness, fname):
                 batched_nodes.add(v)
                 batched_nodes |= nx.descendants(g, v)
         from tracegrad.ir import batching  # a build: networkx is loaded by now
-        outs = batching.batch_graph(g, flags, B, trace=outer, inputs=moved)
+        n_cap = len(trace.implicit)    # captured state: not mapped
+        outs = batching.batch_graph(g, flags + [False] * n_cap, B, trace=outer,
+                                    inputs=moved + list(trace.implicit))
         o_dims = _broadcast_dims(out_dims, out_tree, "out_dims", fname)
         results = []
         for v, o, d in zip(g.graph["outputs"], outs, o_dims):
@@ -554,6 +581,11 @@ def _make_vmap(func, in_dims, out_dims, randomness, fname):
         arrays, positions, leaf_dims, others, sizes = [], [], [], [], []
         for i, (x, d) in enumerate(zip(leaves, dims)):
             if _is_array(x):
+                dtype = getattr(x, "dtype", None)
+                if dtype is not None and np.dtype(dtype).kind not in ACCEPTED_KINDS:
+                    raise dtype_error(f"vmap({fname}, ...)(<inputs>): input {i}",
+                                      np.dtype(dtype), "Tensor" if hasattr(x, "grad_fn")
+                                      else "array")
                 nd = len(getattr(x, "shape", ()))
                 if d is not None:
                     if not -nd <= d < nd:

@@ -28,15 +28,34 @@ _CACHE = cache.LRU(cache.DEFAULT_MEMORY_CACHE_SIZE)   # key -> GraphFunction
 
 def _as_tuple(x, arg_name, fn_name):
     if isinstance(x, Tensor):
+        _check_dtypes((x,), arg_name, fn_name, False)
         return False, (x,)
     if isinstance(x, (tuple, list)):
         for i, e in enumerate(x):
             if not isinstance(e, Tensor):
                 raise TypeError(f"The {arg_name} given to {fn_name} must be either a Tensor or a "
                                 f"tuple of Tensors but the value at index {i} has type {type(e)}.")
+        _check_dtypes(x, arg_name, fn_name, True)
         return True, tuple(x)
     raise TypeError(f"The {arg_name} given to {fn_name} must be either a Tensor or a tuple of "
                     f"Tensors but the given {arg_name} has type {type(x)}.")
+
+
+def _check_dtypes(xs, arg_name, fn_name, is_tuple):
+    """Numeric Tensors only; the inputs are differentiated, so floating or
+    complex (torch's requires_grad_ refuses the others with a RuntimeError)."""
+    for i, e in enumerate(xs):
+        kind = e.dtype.kind
+        where = f"{arg_name}[{i}]" if is_tuple else arg_name
+        if kind not in "biufc":
+            raise TypeError(f"tg.autograd.functional.{fn_name}: {where} is a Tensor of dtype "
+                            f"{e.dtype}; tracegrad computes with Tensors of bool, integer, "
+                            f"floating-point or complex dtype. Convert it first (e.g. x.double()).")
+        if arg_name == "inputs" and kind not in "fc":
+            raise RuntimeError(f"tg.autograd.functional.{fn_name}: {where} has dtype {e.dtype}, "
+                               f"but only Tensors of floating point and complex dtype can "
+                               f"require gradients. "
+                               f"Convert it first (e.g. x.double()).")
 
 
 def _trace(func, inputs):
@@ -45,8 +64,13 @@ def _trace(func, inputs):
     avals = [Aval(tuple(x.shape), x.dtype) for x in inputs]
     names = [f"input{i}" for i in range(len(inputs))]
     trace, out_tree = trace_function(func, avals, lambda ts: (list(ts), {}), names,
-                                     faces=["torch"] * len(avals))   # torch.autograd's API
+                                     faces=["torch"] * len(avals),   # torch.autograd's API
+                                     capture=True)
     cache.count("traces")
+    # the captured state it read: checked on each call (see _prepare)
+    from tracegrad.frontend.code_deps import Guard
+    guard = Guard(func, checks=trace.checks)
+    trace.guard = guard if guard else None
     if out_tree[0] == "tuple" and all(e == ("leaf",) for e in out_tree[1]):
         tuple_out = True
     elif out_tree == ("leaf",):
@@ -66,7 +90,8 @@ def _graph_function(trace, what, func):
     gf = _CACHE.get(key)
     if gf is not None:
         return gf
-    n_in, n_out = len(trace.inputs), len(trace.outputs)
+    n_all, n_out = len(trace.inputs), len(trace.outputs)
+    n_in = n_all - len(trace.implicit)   # the captured state's inputs follow, not differentiated
     wrt = list(range(n_in))
 
     def make():
@@ -75,14 +100,20 @@ def _graph_function(trace, what, func):
 
     name = f"{getattr(func, '__qualname__', 'func')} ({what})"
     # inputs and outputs of the transformed graph
-    sizes = {"forward": (n_in, n_out), "jacrev": (n_in, n_out * n_in),
-             "jacfwd": (n_in, n_out * n_in), "hessian": (n_in, n_in * n_in),
-             "vjp": (n_in + n_out, n_out + n_in), "jvp": (2 * n_in, 2 * n_out),
-             "vhp": (2 * n_in, n_in), "hvp": (2 * n_in, n_in)}[what]
-    gf = GraphFunction(f"{key[0]}/functional/{what}", make, name, *sizes)
+    sizes = {"forward": (n_all, n_out), "jacrev": (n_all, n_out * n_in),
+             "jacfwd": (n_all, n_out * n_in), "hessian": (n_all, n_in * n_in),
+             "vjp": (n_all + n_out, n_out + n_in), "jvp": (n_all + n_in, 2 * n_out),
+             "vhp": (n_all + n_in, n_in), "hvp": (n_all + n_in, n_in)}[what]
+    gf = GraphFunction(f"{key[0]}/functional/{what}", make, name, *sizes,
+                       fixed=range(n_in, n_all))
     gf.backend = backend
     _CACHE[key] = gf
     return gf
+
+
+def _cap(trace):
+    """The captured arrays and generators the graphs take after the inputs."""
+    return tuple(trace.implicit)
 
 
 def _run(gf, values, create_graph):
@@ -104,7 +135,7 @@ def _check_strict(trace, fn_name):
             continue
         reach.add(n.id)
         stack.extend(n.inputs)
-    for i, nid in enumerate(trace.inputs):
+    for i, nid in enumerate(trace.inputs[:len(trace.inputs) - len(trace.implicit)]):
         if nid not in reach:
             raise RuntimeError(f"The output of the user-provided function is independent of input "
                                f"{i}. This is not allowed in strict mode.")
@@ -124,6 +155,10 @@ def _prepare(func, inputs, fn_name, strict):
         per_fn = _TRACES.setdefault(func, {})
     except TypeError:  # not weak-referenceable: trace every time
         per_fn = {}
+    prep = per_fn.get(sig)
+    if prep is not None and prep[0].guard is not None and prep[0].guard.changed() is not None:
+        prep = None    # captured state it read changed: trace again
+        del per_fn[sig]
     if sig not in per_fn:
         try:
             per_fn[sig] = _trace(func, inputs)
@@ -186,7 +221,7 @@ def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False,
         return _eager_jacobian(func, inputs, tuple_in, create_graph, strict)
     trace, tuple_out = prep
     what = "jacrev" if strategy == "reverse-mode" else "jacfwd"
-    flat = _run(_graph_function(trace, what, func), inputs, create_graph)
+    flat = _run(_graph_function(trace, what, func), inputs + _cap(trace), create_graph)
     n_in = len(inputs)
     rows = [tuple(flat[o * n_in:(o + 1) * n_in]) for o in range(len(trace.outputs))]
     return _structure(rows, tuple_out, tuple_in)
@@ -217,7 +252,7 @@ def hessian(func, inputs, create_graph=False, strict=False, vectorize=False,
         inner = func
         func = lambda *xs: inner(*xs).reshape(())  # noqa: E731
         trace, _ = _trace(func, inputs)
-    flat = _run(_graph_function(trace, "hessian", func), inputs, create_graph)
+    flat = _run(_graph_function(trace, "hessian", func), inputs + _cap(trace), create_graph)
     n = len(inputs)
     blocks = tuple(tuple(flat[i * n:(i + 1) * n]) for i in range(n))
     return blocks if tuple_in else blocks[0][0]
@@ -232,7 +267,7 @@ def vjp(func, inputs, v=None, create_graph=False, strict=False):
     trace, tuple_out = prep
     v = _checked_v(v, _out_avals(trace), "vjp", _OUTPUTS)
     n_out = len(trace.outputs)
-    flat = _run(_graph_function(trace, "vjp", func), inputs + v, create_graph)
+    flat = _run(_graph_function(trace, "vjp", func), inputs + _cap(trace) + v, create_graph)
     out, res = flat[:n_out], flat[n_out:]
     return (out if tuple_out else out[0]), (tuple(res) if tuple_in else res[0])
 
@@ -246,7 +281,7 @@ def jvp(func, inputs, v=None, create_graph=False, strict=False):
         return _eager_jvp(func, inputs, v, create_graph)
     trace, tuple_out = prep
     n_out = len(trace.outputs)
-    flat = _run(_graph_function(trace, "jvp", func), inputs + v, create_graph)
+    flat = _run(_graph_function(trace, "jvp", func), inputs + _cap(trace) + v, create_graph)
     out, res = flat[:n_out], flat[n_out:]
     return (out if tuple_out else out[0]), (tuple(res) if tuple_out else res[0])
 
@@ -270,8 +305,8 @@ def _hessian_product(func, inputs, v, create_graph, strict, what):
         inner = func
         func = lambda *xs: inner(*xs).reshape(())  # noqa: E731
         trace, _ = _trace(func, inputs)
-    out = _run(_graph_function(trace, "forward", func), inputs, create_graph)[0]
-    res = _run(_graph_function(trace, what, func), inputs + v, create_graph)
+    out = _run(_graph_function(trace, "forward", func), inputs + _cap(trace), create_graph)[0]
+    res = _run(_graph_function(trace, what, func), inputs + _cap(trace) + v, create_graph)
     return out, (tuple(res) if tuple_in else res[0])
 
 

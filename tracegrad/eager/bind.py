@@ -12,6 +12,7 @@ from tracegrad.eager.device import _ndarray
 from tracegrad.eager.tensor import NumpyTensor, Tensor, _NO_EDGE, _edge_of, _edges
 from tracegrad.eager.nodes import PrimNode
 from tracegrad.ops import primitives
+from tracegrad.ops.indexing import build_index
 from tracegrad.eager.grad_mode import state as _mode
 from tracegrad.eager.profiler_state import _state as _prof_state
 
@@ -23,6 +24,19 @@ def _view_chain(src, prim, attrs, rest):
         # a view of a multi-output view stays one (chain unknown: no in-place)
         return src._base, None if chain is None else chain + ((prim, attrs, rest),)
     return src, ((prim, attrs, rest),)
+
+
+# Rows whose NumPy result is a view of the operand but whose torch result is
+# a copy: np.flip is a view, torch.flip a new tensor, so an in-place op on a
+# torch-face result must not reach the operand.
+_TORCH_COPIES = frozenset({"flip"})
+
+
+def _element_view(arrays, attrs):
+    """t[i, j] with an integer for every dimension: NumPy gives a scalar (a
+    copy, NumPy's meaning, which NumPy-face values keep); torch a 0-d view
+    of t, so t[0].add_(1) writes into t."""
+    return arrays[0][build_index(attrs["index"], arrays[1:]) + (Ellipsis,)]
 
 
 def _shares_base(out, src):
@@ -94,16 +108,21 @@ def eager_bind(prim, args, attrs):
             try:
                 out = prim.impl(np, *arrays, **attrs)
             except (ValueError, TypeError) as e:
-                raise type(e)(f"{e} (in tracegrad op '{prim.name}')") from e
+                raise primitives.with_message(e, f"{e} (in tracegrad op '{prim.name}')") from e
             if type(out) is not _ndarray:
-                # a NumPy scalar becomes a 0-d array; a CuPy result (to_device)
-                # stays on its device
-                out = primitives.array_module(out).asarray(out)
+                if prim.name == "getitem" and type(arrays[0]) is _ndarray:
+                    out = _element_view(arrays, attrs)   # every Tensor here speaks torch
+                else:
+                    # a NumPy scalar becomes a 0-d array; a CuPy result
+                    # (to_device) stays on its device
+                    out = primitives.array_module(out).asarray(out)
             if not tensors:
                 return out   # plain arrays in, plain arrays out (tg.exp(ndarray))
             track = needs_grad and _mode.grad_enabled and not prim.nondiff \
                 and out.dtype.kind in "fc"
-            if prim.view:
+            if prim.view and prim.name in _TORCH_COPIES:
+                out = out.copy()     # every Tensor here speaks torch
+            elif prim.view:
                 src = args[0]
                 if type(src) is Tensor and _shares_base(out, arrays[0]):
                     # a real view (advanced indexing and some reshapes copy
@@ -154,17 +173,22 @@ def eager_bind(prim, args, attrs):
     try:
         out = prim.impl(xp, *arrays, **attrs)
     except (ValueError, TypeError) as e:
-        raise type(e)(f"{e} (in tracegrad op '{prim.name}')") from e
+        raise primitives.with_message(e, f"{e} (in tracegrad op '{prim.name}')") from e
     if prof is not None:
         prof._end(ev)
     track = needs_grad and not prim.nondiff and _mode.grad_enabled
     if prim.n_out == 1:
-        if type(out) is not _ndarray:  # a CuPy result stays CuPy (to_device to "cuda")
+        if type(out) is not _ndarray and prim.name == "getitem" and cls is not None \
+                and cls._face == "torch" and type(arrays[0]) is _ndarray:
+            out = _element_view(arrays, attrs)
+        elif type(out) is not _ndarray:  # a CuPy result stays CuPy (to_device to "cuda")
             mod = primitives.array_module(out)
             out = (mod if mod is not np else xp).asarray(out)
         if cls is None:
             return out
-        if prim.view:
+        if prim.view and prim.name in _TORCH_COPIES and cls._face == "torch":
+            out = out.copy()
+        elif prim.view:
             src = args[0]
             # a real view (shares memory with its operand; advanced indexing
             # and some reshapes copy instead)

@@ -277,9 +277,13 @@ def attach_compiled_tangents(gf, values, outputs):
     tangents = [tangent_of(v) if isinstance(v, Tensor) else None for v in values]
     if all(t is None for t in tangents):
         return
-    arrays = [v._data if isinstance(v, Tensor) else np.asarray(v) for v in values]
+    fixed = getattr(gf, "fixed", ())    # captured state: passed as it is, no tangent input
+    arrays = [v._data if isinstance(v, Tensor) else v if i in fixed else np.asarray(v)
+              for i, v in enumerate(values)]
     t_arrays = []
-    for a, t in zip(arrays, tangents):
+    for i, (a, t) in enumerate(zip(arrays, tangents)):
+        if i in fixed:
+            continue
         xp = primitives.array_module(a)
         t_arrays.append(xp.zeros(a.shape, a.dtype) if t is None else xp.asarray(t._data, a.dtype))
     outs = gf.derived("jvp").run(*arrays, *t_arrays)

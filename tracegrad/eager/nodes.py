@@ -17,6 +17,11 @@ from tracegrad.ops.primitives import Aval
 
 _avals = {}
 
+# Two-operand rows whose backward reads operand i only to give the other
+# operand its gradient (d(a*b)/db = a): operand i need not stay unchanged
+# when the other operand takes no gradient.
+_READ_FOR_THE_OTHER = {"mul": (0, 1), "matmul": (0, 1), "div": (0,)}
+
 
 def _meta(a):
     """Shape and dtype of an operand (an Aval, shared between equal ones);
@@ -71,6 +76,15 @@ class PrimNode(Node):
                     # a view's backward is linear in its operand and reads only
                     # its shape: an in-place change of the base is no error
                     saved[0] = (saved[0][0], None)
+                reads = _READ_FOR_THE_OTHER.get(prim.name)
+                if reads is not None and len(args) == 2:
+                    # x * 2: the backward reads x only for the gradient of the
+                    # other operand, which takes none; as torch, changing x
+                    # in place afterwards is no error (y[0] = 2 * y[0])
+                    for i in reads:
+                        other = args[1 - i]
+                        if not (isinstance(other, Tensor) and other._requires_grad):
+                            saved[i] = (saved[i][0], None)
                 self.in_meta = None  # the saved inputs carry their shapes and dtypes
         else:
             self.saved = None

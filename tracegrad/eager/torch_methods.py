@@ -28,7 +28,15 @@ class TorchMethods:
         return ops.clone(self)
 
     def contiguous(self, memory_format=None):
-        return self
+        """The tensor itself where it is C-contiguous, else a C-contiguous
+        copy, as torch (an in-place op on the copy does not reach self)."""
+        data = self._data
+        if type(data) is not _ndarray or data.flags.c_contiguous:
+            return self
+        from tracegrad import ops
+        out = ops.clone(self)       # torch records the copy as CloneBackward0 too
+        out._data = np.ascontiguousarray(out._data)   # a fresh array: nothing else holds it
+        return out
 
     def is_contiguous(self, memory_format=None):
         return bool(self._data.flags.c_contiguous)
@@ -330,8 +338,9 @@ def _inplace_error(e, dst, args=()):
     """torch's wording for an in-place op that NumPy refused."""
     msg = str(e)
     if "read-only" in msg:
-        return ("this tensor's memory is read-only (it is a broadcast view, e.g. from expand()); "
-                "clone() it before writing in place")
+        return ("this tensor's memory is read-only (it is a broadcast view, e.g. from expand(), "
+                "or a diagonal() of planes that are not contiguous, which tracegrad returns as "
+                "a copy rather than a view); clone() it before writing in place")
     if "Cannot cast" in msg or "casting" in msg:
         res = np.result_type(dst, *[a._data if isinstance(a, Tensor) else a for a in args])
         return (f"result type {_tname(res)} can't be cast to the desired output type "

@@ -220,3 +220,42 @@ def median(input, dim=None, keepdim=False):
     n = input.shape[dim]
     values, indices = kthvalue(input, (n + 1) // 2, dim, keepdim)
     return _median(values, indices)
+
+
+# torch's in-place methods on a traced value (eager Tensors have their own,
+# eager/torch_methods.py): the update NumPy's augmented assignment makes,
+# seen by every name bound to the value; through a view, which compiled code
+# cannot write through, a TraceError that says so.
+def _traced_binary_inplace(name, op, symbol):
+    def method(t, other, alpha=1):
+        if alpha != 1:
+            other = other * alpha
+        return t._inplace(op, other, symbol)
+    method.__name__ = method.__qualname__ = name
+    face_method(FACE, name)(method)
+    _define.face_advice("numpy", name, f"NumPy arrays have no '{name}': write a {symbol} b")
+
+
+for _name, _op, _symbol in (("add_", "add", "+="), ("sub_", "sub", "-="), ("mul_", "mul", "*="),
+                            ("div_", "truediv", "/="), ("pow_", "pow", "**=")):
+    _traced_binary_inplace(_name, _op, _symbol)
+
+
+def _traced_unary_inplace(name, fn, instead):
+    def method(t, *args, **kwargs):
+        return t._assign(fn(t, *args, **kwargs), f"in-place '{name}'", instead)
+    method.__name__ = method.__qualname__ = name
+    face_method(FACE, name)(method)
+    _define.face_advice("numpy", name, f"NumPy arrays have no '{name}': write {instead}")
+
+
+_traced_unary_inplace("neg_", lambda t: ops.neg(t), "b = -b")
+_traced_unary_inplace("exp_", lambda t: ops.exp(t), "b = np.exp(b)")
+for _name in ("clamp_", "clip_"):
+    _traced_unary_inplace(_name, lambda t, min=None, max=None: ops.clip(t, min, max),
+                          "b = b.clamp(min, max)")
+_traced_unary_inplace("zero_", lambda t: ops.zeros_like_value(t), "b = b * 0")
+_traced_unary_inplace("fill_", lambda t, value: ops.astype(ops.zeros_like_value(t) + value,
+                                                           t.dtype), "b = np.full_like(b, value)")
+_traced_unary_inplace("copy_", lambda t, src, non_blocking=False: ops.astype(
+    ops.broadcast_to(src, t.shape), t.dtype), "b = src")

@@ -15,12 +15,13 @@ from __future__ import annotations
 import hashlib
 import operator
 import os
+import re
 import sys
 import weakref
 
 import numpy as np
 
-from tracegrad.frontend import loop_rewrite
+from tracegrad.frontend import captured as _captured, loop_rewrite
 from tracegrad.ops import primitives
 from tracegrad.ops._define import ArrayMethods
 from tracegrad.ops.primitives import Aval
@@ -105,8 +106,18 @@ class Tracer(ArrayMethods):
     def __repr__(self):
         return f"Tracer<{self.dtype}{list(self.shape)}, node {self.id}>"
 
+    def _blame(self, what, loc):
+        """Tell the trace's captured-state scope that this value was used
+        concretely: the captured arrays it was made from cannot be inputs
+        (tracegrad.frontend.captured freezes them and traces again)."""
+        T = self._trace
+        if T.scope is not None:
+            where = f" at {os.path.basename(loc[0])}:{loc[1]}" if loc else ""
+            T.scope.blame(T, self.id, f"it was used as a Python value ({what}{where})")
+
     def _concrete_error(self, what):
         loc = _user_frame()
+        self._blame(what.split(" (")[0].split(";")[0], loc)
         where = f"{loc[0]}, line {loc[1]}, in {loc[2]}" if loc else "your function"
         src = _source_line(loc)
         deps = self._trace.input_names_behind(self.id)
@@ -145,6 +156,7 @@ class Tracer(ArrayMethods):
         """Raise TraceError for a traced value an op cannot take (op modules,
         which cannot import this one, call it): what, where, what to do."""
         loc = _user_frame()
+        self._blame(what, loc)
         where = f"{loc[0]}, line {loc[1]}, in {loc[2]}" if loc else "your function"
         src = _source_line(loc)
         raise TraceError(f"{what} at {where}" + (f":\n    {src}\n" if src else ". ") + advice)
@@ -172,6 +184,7 @@ class Tracer(ArrayMethods):
 
     def __setitem__(self, idx, value):
         loc = _user_frame()
+        self._blame("item assignment", loc)
         where = f"{loc[0]}, line {loc[1]}" if loc else "your function"
         src = _source_line(loc)
         raise TraceError(
@@ -216,6 +229,16 @@ class Tracer(ArrayMethods):
         """Make this value ``value`` for every name bound to it (NumPy's
         in-place update); refused where NumPy would write through a view."""
         T = self._trace
+        if T.is_lifted(self):
+            # the function writes into an array it captured: compiled code
+            # cannot (tracegrad.frontend.captured freezes it and traces again)
+            loc = _user_frame()
+            self._blame(what, loc)
+            where = f"{loc[0]}, line {loc[1]}" if loc else "your function"
+            raise TraceError(f"{what} of an array the function captured (a global, closure "
+                             f"variable or default) at {where}; compiled code reads captured "
+                             f"arrays, it does not write into them. Return the new value "
+                             f"instead, or pass the array as an argument.")
         if T.shares_memory(self):
             loc = _user_frame()
             where = f"{loc[0]}, line {loc[1]}" if loc else "your function"
@@ -290,6 +313,17 @@ def _attr_key(attrs):
     return tuple(sorted(attrs.items()))
 
 
+_GENERATOR_TYPES = (np.random.Generator, np.random.RandomState)
+_LIFTABLE_TYPES = (np.ndarray,) + _GENERATOR_TYPES
+
+
+def captured_name(desc):
+    """An input name for captured state: ``X``, ``self_W``, ``params_0``."""
+    view = desc.startswith("a view of ")
+    base = "_".join(re.findall(r"\w+", desc[len("a view of "):] if view else desc)) or "captured"
+    return base + ("_view" if view else "")
+
+
 _LEVELS = [0]
 
 
@@ -322,6 +356,16 @@ class Trace:
         # While a transform applies a node's rule, the nodes it records are
         # attributed to that node's source line: (loc, "backward of %3 mul").
         self.loc_override = None
+        # Captured state (tracegrad.frontend.captured): the scope of a trace
+        # that lifts, and the arrays and generators its implicit inputs
+        # stand for (after the arguments' inputs, in order), by reference.
+        self.scope = None
+        self.implicit = []
+        self.implicit_src = []     # what was captured: the array, Tensor or generator
+        self.implicit_desc = []
+        self.frozen = []       # captured arrays left constants (capture="freeze"), described
+        self._lifted = {}      # id(object) -> its tracer
+        self.checks = ()       # the guard's checks of captured state (after tracing)
 
     # --- building -----------------------------------------------------------------
     def _add(self, op, inputs, attrs, aval, loc=None, value=None, name=None):
@@ -366,12 +410,65 @@ class Trace:
             if self.is_body and a.requires_grad:
                 from tracegrad.ops.control import _Eager
                 raise _Eager()
+            # captured state is read at call time (a view of captured memory too)
+            t = self._lift_operand(a)
+            if t is None and type(getattr(a, "_data", None)) is np.ndarray:
+                t = self._lift_operand(a._data)
+            if t is not None:
+                return self.operand(t)
             return self.const(a._data)
         if isinstance(a, np.generic):
             return self.const(np.asarray(a))
         if type(a).__module__.startswith("cupy"):
             return self.const(a.get())
+        if type(a) in _LIFTABLE_TYPES:   # captured state is read at call time
+            t = self._lift_operand(a)
+            if t is not None:
+                return self.operand(t)
         return self.const(a)
+
+    def lift(self, obj, desc):
+        """The tracer of the implicit input standing for ``obj``, an array or
+        a random generator the function captured; the compiled call passes
+        ``obj`` itself (by reference) after the arguments."""
+        t = self._lifted.get(id(obj))
+        if t is None:
+            value, face = obj, "numpy"
+            if _captured.is_tensor(obj):      # a Tensor: its array, in the torch dialect
+                value, face = obj._data, "torch"
+            if type(value) is np.ndarray:
+                aval = Aval(tuple(value.shape), value.dtype)
+            else:
+                aval = Aval((), np.dtype(object))
+            t = self.new_input(aval, captured_name(desc), face)
+            self.implicit.append(value)
+            self.implicit_src.append(obj)
+            self.implicit_desc.append(desc)
+            self._lifted[id(obj)] = t
+        return t
+
+    def is_lifted(self, tracer):
+        """Is this tracer object an implicit input handed to the function?"""
+        return any(t is tracer for t in self._lifted.values())
+
+    def lifted_object(self, nid):
+        """The captured object behind implicit input node ``nid``, or None."""
+        for obj in self.implicit_src:
+            if self._lifted[id(obj)].id == nid:
+                return obj
+        return None
+
+    def _lift_operand(self, a):
+        """A concrete array (or generator) met as an operand: the tracer of
+        an implicit input where it is captured state, else None."""
+        root = self if self.scope is not None else (_captured.active_root() if self.is_body
+                                                    else None)
+        if root is None or root.scope is None or not _captured.liftable(a):
+            return None
+        desc = root.scope.lookup(a)
+        if desc is None or not root.scope.may_lift(a, desc):
+            return None
+        return root.lift(a, desc)
 
     def _capture(self, a):
         """An enclosing trace's value read by a body: an input of the body."""
@@ -406,7 +503,8 @@ class Trace:
             where = f" at {loc[0]}, line {loc[1]}" if loc else ""
             shapes = ", ".join(f"{a.dtype}{list(a.shape)}" if isinstance(a, Aval) else repr(a)
                                for a in in_avals)
-            raise type(e)(f"{prim.name}({shapes}) fails while tracing{where}: {e}") from e
+            raise primitives.with_message(
+                e, f"{prim.name}({shapes}) fails while tracing{where}: {e}") from e
         loc = self.loc_override or _user_frame()
         node = self._add(prim.name, ids, dict(attrs), aval, loc)
         n_out = prim.num_outputs(attrs)
@@ -576,7 +674,8 @@ def leaf_paths(treedef, prefix):
     return names
 
 
-def trace_function(fn, leaves_avals, rebuild_args, names, backend="numpy", faces=None):
+def trace_function(fn, leaves_avals, rebuild_args, names, backend="numpy", faces=None,
+                   capture=False):
     """Trace ``fn`` on symbolic inputs.
 
     leaves_avals: Aval per dynamic leaf; faces: the dialect of each ("numpy"
@@ -586,39 +685,84 @@ def trace_function(fn, leaves_avals, rebuild_args, names, backend="numpy", faces
     The ``for ... in range(...)`` loops of the function, and of the
     functions it calls by a global or closure name, are first rewritten
     into loop nodes (``tracegrad.frontend.loop_rewrite``); when one cannot stand for
-    the loop as written, the function is traced again as written."""
+    the loop as written, the function is traced again as written.
+
+    capture=True: the arrays and random generators ``fn`` captured (globals,
+    closure variables, defaults, attributes...) are read at call time
+    (``tracegrad.frontend.captured``): they become implicit inputs after the
+    arguments' (``trace.implicit``: the objects to pass, by reference), and
+    ``trace.checks`` are the checks the caller's guard adds.  A caller that
+    cannot pass them leaves ``capture`` off: the arrays are then constants;
+    capture="freeze" makes them constants too and lists them (``trace.frozen``)."""
+    if not capture:
+        return _trace_rewritten(fn, leaves_avals, rebuild_args, names, backend, faces, None)
+    root = _captured.active_root()
+    scope = _captured.Scope(fn, parent=root.scope if root is not None else None,
+                            freeze_all=capture == "freeze")
+    while True:
+        scope.last_trace = None
+        try:
+            trace, out_tree = _trace_rewritten(fn, leaves_avals, rebuild_args, names, backend,
+                                               faces, scope)
+        except Exception as e:
+            # an array the function uses as a Python value cannot be an
+            # input: trace again with it frozen (never twice the same way)
+            if not scope.freeze_for_retry(scope.last_trace, e):
+                raise
+            continue
+        trace.checks, notes = scope.finish(trace)
+        trace.scope = scope.last_trace = None   # what it reached need not stay alive
+        _captured.explain(fn, notes)
+        return trace, out_tree
+
+
+def _trace_rewritten(fn, leaves_avals, rebuild_args, names, backend, faces, scope):
     if loop_rewrite.enabled():
         try:
             return _trace_once(fn, loop_rewrite.rewrite(fn) or fn, leaves_avals, rebuild_args,
-                               names, backend, faces, loop_rewrite.CalledFunctions())
+                               names, backend, faces, loop_rewrite.CalledFunctions(), scope)
         except loop_rewrite.RetraceAsWritten:
             pass
-    return _trace_once(fn, fn, leaves_avals, rebuild_args, names, backend, faces)
+    return _trace_once(fn, fn, leaves_avals, rebuild_args, names, backend, faces, None, scope)
 
 
-def _trace_once(fn, run, leaves_avals, rebuild_args, names, backend, faces, functions=None):
+def _trace_once(fn, run, leaves_avals, rebuild_args, names, backend, faces, functions=None,
+                scope=None):
     trace = Trace(backend)
+    lift = None
+    if scope is not None:
+        trace.scope = scope
+        scope.last_trace = trace
+
+        def lift(value, desc):
+            """A captured array or generator fn names: its implicit input."""
+            if not _captured.liftable(value) or not scope.may_lift(value, desc):
+                return None
+            scope.add(value, desc)
+            t = trace.lift(value, desc)
+            return _captured.proxy_for(t, value) if isinstance(value, _GENERATOR_TYPES) else t
     faces = faces or ["numpy"] * len(leaves_avals)
     tracers = [trace.new_input(a, n, f) for a, n, f in zip(leaves_avals, names, faces)]
     args, kwargs = rebuild_args(tracers)
     from tracegrad.ops.random import tracing_random_draws  # np.random.* draws become nodes
-    with tracing_random_draws(trace, fn, args, kwargs) as (args, kwargs):
+    with _captured.rooted(trace if scope is not None else None), \
+            tracing_random_draws(trace, fn, args, kwargs) as (args, kwargs):
         # NumPy arrays fn names (globals, closures) accept traced indices
         from tracegrad.ops.indexing import indexable_constants
-        out = indexable_constants(run, functions)(*args, **kwargs)
-    out_leaves, out_tree = tree_flatten(out)
-    for o in out_leaves:
-        if isinstance(o, Tracer):
-            trace.outputs.append(o.id)
-        elif hasattr(o, "grad_fn"):
-            trace.outputs.append(trace.const(o._data))
-        else:
-            try:
-                trace.outputs.append(trace.const(o))
-            except TypeError:
-                raise TypeError(f"the traced function returned a {type(o).__name__}; a compiled "
-                                f"function returns arrays, numbers, or tuples/lists/dicts of "
-                                f"them") from None
+        out = indexable_constants(run, functions, lift)(*args, **kwargs)
+        out_leaves, out_tree = tree_flatten(out)
+        for o in out_leaves:
+            if isinstance(o, Tracer):
+                trace.outputs.append(o.id)
+            elif hasattr(o, "grad_fn"):
+                trace.outputs.append(trace.const(o._data))
+            else:
+                try:
+                    trace.outputs.append(trace.operand(o))   # a captured array: its input
+                except TypeError:
+                    raise TypeError(f"the traced function returned a {type(o).__name__}; a "
+                                    f"compiled function returns arrays, numbers, or "
+                                    f"tuples/lists/dicts of them") from None
     roll_loops(trace)
     return trace, out_tree
 

@@ -351,6 +351,12 @@ def jacobian(g, wrt, mode="rev"):
     n_in, n_out = len(in_nodes), len(out_nodes)
     xs = [T.new_input(Aval(g.nodes[v]["shape"], g.nodes[v]["dtype"]), g.nodes[v]["name"])
           for v in in_nodes]
+    for k, v in enumerate(out_nodes):
+        dtype = np.dtype(g.nodes[v]["dtype"])
+        if dtype.kind not in "biufc":
+            raise TypeError(f"a Jacobian needs numeric outputs, but output {k} of the function "
+                            f"is {dtype}{list(g.nodes[v]['shape'])}; return arrays of numbers "
+                            f"(or compute the other values outside the differentiated function)")
     blocks = {}
     if mode == "rev":
         fwd, bwd, n_res = split(reverse(g, wrt, seed="input"), n_in, n_out)

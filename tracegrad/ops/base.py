@@ -380,7 +380,9 @@ plus_identity_p = register(
         "materialising the identity.")
 zeros_like_p = register(
     "zeros_like", lambda xp, x: xp.zeros(np.shape(x), np.result_type(x)),
-    shape=lambda x: x, nondiff=True, numpy="np.zeros_like({0})", save_inputs=False)
+    # a Python number operand (a constant whose aval is its value) gives a 0-d array
+    shape=lambda x: x if isinstance(x, Aval) else Aval((), np.result_type(x)), nondiff=True,
+    numpy="np.zeros_like({0})", save_inputs=False)
 
 
 # --- reductions ------------------------------------------------------------------

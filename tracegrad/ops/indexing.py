@@ -27,9 +27,11 @@ Traced indices (a step counter or batch index that is an argument):
 * ``data[idx]`` on a NumPy array cannot be intercepted (``ndarray.__getitem__``
   always returns an ndarray), so while a function is traced the NumPy arrays
   it names as globals, closure variables and defaults are handed to it as
-  ``IndexableArray`` views: ndarrays in every respect (same memory, plain
-  ndarray results) except that an index holding a traced value records a
-  graph node (``indexable_constants``).
+  tracers of inputs read at call time where the caller can pass them
+  (``lift``: tracegrad.frontend.captured), else as ``IndexableArray`` views:
+  ndarrays in every respect (same memory, plain ndarray results) except
+  that an index holding a traced value records a graph node
+  (``indexable_constants``).
 """
 from __future__ import annotations
 
@@ -624,14 +626,77 @@ class IndexableArray(np.ndarray):
         return self.view(np.ndarray).__reduce__()
 
 
-def _indexable(v, memo):
+def _indexable(v, memo, desc=None):
+    if type(v) is types.FunctionType and memo.get("lift") is not None \
+            and _draws_captured(v, memo):
+        return _helper_with_captured(v, memo)
     if type(v) is types.FunctionType and memo.get("functions") is not None:
         return _traced_function(v, memo)
-    if type(v) is not np.ndarray:
+    lift = memo.get("lift")
+    if type(v) is not np.ndarray and (lift is None or not _liftable_object(v)):
         return v
     w = memo.get(id(v))
     if w is None:
-        w = memo[id(v)] = (v.view(IndexableArray), v)  # keep v alive: ids stay unique
+        # captured state read at call time: the tracer of an implicit input
+        # (tracegrad.frontend.captured), else the view of a constant
+        got = lift(v, desc or "a captured value") if lift is not None else None
+        if got is None:
+            if type(v) is not np.ndarray:
+                return v
+            got = v.view(IndexableArray)
+        w = memo[id(v)] = (got, v)  # keep v alive: ids stay unique
+    return w[0]
+
+
+_GENERATORS = (np.random.Generator, np.random.RandomState)
+
+
+def _liftable_object(v):
+    """A random generator or an eager Tensor (captured state the lift hook
+    may turn into an input)."""
+    return type(v) in _GENERATORS or (hasattr(v, "grad_fn") and hasattr(v, "_data"))
+
+
+def _draws_captured(f, memo):
+    """Does ``f`` name a random generator in its globals, closure or defaults
+    (so its draws must be recorded, not made while tracing)?"""
+    key = ("draws", id(f))
+    got = memo.get(key)
+    if got is None:
+        got = memo[key] = _names_generator(f)
+    return got
+
+
+def _names_generator(f):
+    if (f.__module__ or "").split(".")[0] in ("numpy", "scipy", "tracegrad"):
+        return False
+    for cell in f.__closure__ or ():
+        if _cell_holds(cell, _GENERATORS):
+            return True
+    if any(type(d) in _GENERATORS for d in f.__defaults__ or ()):
+        return True
+    g = f.__globals__
+    return any(type(g.get(n)) in _GENERATORS for n in _code_names(f.__code__))
+
+
+def _code_names(code):
+    names = set(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            names |= _code_names(c)
+    return names
+
+
+def _helper_with_captured(f, memo):
+    """A helper of the traced function that draws from a generator it
+    captured: a copy of it that sees the generator's stand-in (the helper
+    would otherwise draw while tracing, which tracing refuses).  Only such
+    helpers are copied: every other function keeps its identity."""
+    w = memo.get(id(f))
+    if w is None or w[0] is w[1]:
+        if memo.get("functions") is not None and w is None:
+            memo["functions"].enter(f)       # its loops are rewritten as the caller's
+        w = memo[id(f)] = (_with_indexable(f, memo, 1), f)
     return w[0]
 
 
@@ -660,7 +725,7 @@ class _IndexableGlobals(dict):
     def __getitem__(self, key):
         if dict.__contains__(self, key) and key != "__name__":
             return dict.__getitem__(self, key)  # a global the traced function assigned
-        return _indexable(self._base[key], self._memo)
+        return _indexable(self._base[key], self._memo, key)
 
     def get(self, key, default=None):
         try:
@@ -676,7 +741,7 @@ class _IndexableGlobals(dict):
         the module, as they would without tracing; an array view stands for
         the array it views."""
         views = {id(e[0]): e[1] for e in self._memo.values()
-                 if type(e) is tuple and isinstance(e[0], IndexableArray)}
+                 if type(e) is tuple and e[0] is not e[1]}
         for key, value in dict.items(self):
             if key not in ("__builtins__", "__name__"):
                 self._base[key] = views.get(id(value), value)
@@ -690,20 +755,25 @@ def _with_indexable(fn, memo, depth=0):
         return fn if f is fn.__func__ else types.MethodType(f, fn.__self__)
     if isinstance(fn, functools.partial):
         f = _with_indexable(fn.func, memo, depth + 1)
-        return functools.partial(f, *[_indexable(a, memo) for a in fn.args],
-                                 **{k: _indexable(v, memo) for k, v in fn.keywords.items()})
+        return functools.partial(f, *[_indexable(a, memo, f"bound argument {i}")
+                                      for i, a in enumerate(fn.args)],
+                                 **{k: _indexable(v, memo, k) for k, v in fn.keywords.items()})
     if not isinstance(fn, types.FunctionType):
         return fn
     closure = fn.__closure__
     if closure:  # new cells only for arrays (and functions the loop rewrite replaces):
         # nonlocal counters keep their own cell
-        closure = tuple(_indexable_cell(c, memo) for c in closure)
+        closure = tuple(_indexable_cell(c, memo, name)
+                        for c, name in zip(closure, fn.__code__.co_freevars))
     scope = _IndexableGlobals(fn.__globals__, memo)
     memo.setdefault("scopes", []).append(scope)
-    new = types.FunctionType(fn.__code__, scope,
-                             fn.__name__, fn.__defaults__ and tuple(
-                                 _indexable(d, memo) for d in fn.__defaults__), closure)
-    new.__kwdefaults__ = fn.__kwdefaults__ and {k: _indexable(v, memo)
+    code = fn.__code__
+    params = code.co_varnames[:code.co_argcount]
+    defaults = fn.__defaults__ and tuple(
+        _indexable(d, memo, p) for d, p in zip(fn.__defaults__,
+                                               params[len(params) - len(fn.__defaults__):]))
+    new = types.FunctionType(fn.__code__, scope, fn.__name__, defaults, closure)
+    new.__kwdefaults__ = fn.__kwdefaults__ and {k: _indexable(v, memo, k)
                                                 for k, v in fn.__kwdefaults__.items()}
     new.__qualname__, new.__module__, new.__doc__ = fn.__qualname__, fn.__module__, fn.__doc__
     new.__dict__.update(fn.__dict__)
@@ -711,27 +781,40 @@ def _with_indexable(fn, memo, depth=0):
     return new
 
 
-def _indexable_cell(cell, memo):
-    if _cell_holds_array(cell):
-        return types.CellType(_indexable(cell.cell_contents, memo))
-    if memo.get("functions") is not None:
-        try:
-            f = cell.cell_contents
-        except ValueError:  # an empty cell (a variable assigned later)
-            return cell
-        if type(f) is types.FunctionType:
-            _traced_function(f, memo)
+def _indexable_cell(cell, memo, name=None):
+    if _cell_holds_array(cell) or (memo.get("lift") is not None and _cell_holds_liftable(cell)):
+        return types.CellType(_indexable(cell.cell_contents, memo, name))
+    try:
+        f = cell.cell_contents
+    except ValueError:  # an empty cell (a variable assigned later)
+        return cell
+    if type(f) is types.FunctionType and memo.get("lift") is not None \
+            and _draws_captured(f, memo):
+        return types.CellType(_helper_with_captured(f, memo))
+    if memo.get("functions") is not None and type(f) is types.FunctionType:
+        _traced_function(f, memo)
     return cell
 
 
 def _cell_holds_array(cell):
+    return _cell_holds(cell, (np.ndarray,))
+
+
+def _cell_holds(cell, types_):
     try:
-        return type(cell.cell_contents) is np.ndarray
+        return type(cell.cell_contents) in types_
     except ValueError:  # an empty cell (a variable assigned later)
         return False
 
 
-def indexable_constants(fn, functions=None):
+def _cell_holds_liftable(cell):
+    try:
+        return _liftable_object(cell.cell_contents)
+    except ValueError:
+        return False
+
+
+def indexable_constants(fn, functions=None, lift=None):
     """``fn`` as the tracer calls it: the NumPy arrays it names as globals,
     closure variables and defaults (and a partial's bound arguments) are
     IndexableArray views, so ``data[i]``, ``data[i * n:(i + 1) * n]`` and
@@ -740,8 +823,11 @@ def indexable_constants(fn, functions=None):
     ndarrays: pass those as arguments to index them by traced values.
     ``functions``: ``enter(f)`` is called once for each function ``fn``
     names as a global or closure variable, ``restore()`` when the call ends
-    (tracegrad.frontend.trace passes the loop rewrite's ``CalledFunctions``)."""
-    memo = {"functions": functions, "scopes": []}
+    (tracegrad.frontend.trace passes the loop rewrite's ``CalledFunctions``).
+    ``lift(value, name)``: the traced stand-in of a captured array or random
+    generator read at call time (tracegrad.frontend.captured), or None to
+    keep it a constant."""
+    memo = {"functions": functions, "scopes": [], "lift": lift}
     traced = _with_indexable(fn, memo)
     scopes = memo["scopes"]
     if not scopes and functions is None:

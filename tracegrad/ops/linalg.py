@@ -789,10 +789,35 @@ def diagonal(x, offset=0, axis1=0, axis2=1, *, dim1=None, dim2=None):
     axis1 = axis1 if dim1 is None else dim1
     axis2 = axis2 if dim2 is None else dim2
     m = moveaxis(x, (axis1, axis2), (-2, -1))
-    r, c = shape_of(m)[-2:]
+    s = shape_of(m)
+    r, c = s[-2:]
     r0, c0 = _builtins.max(-offset, 0), _builtins.max(offset, 0)
     n = _builtins.max(0, _builtins.min(r - r0, c - c0))
-    return getitem(m, (Ellipsis, np.arange(r0, r0 + n), np.arange(c0, c0 + n)))
+    # every (c + 1)-th element of the flattened planes: a strided slice, so
+    # on eager values whose planes are contiguous it is a view of x (torch's
+    # diagonal is one: an in-place op on it writes into x)
+    start = r0 * c + c0
+    out = getitem(reshape(m, tuple(s[:-2]) + (r * c,)),
+                  (Ellipsis, slice(start, start + (n - 1) * (c + 1) + 1, c + 1) if n
+                   else slice(0, 0)))
+    _diagonal_memory(x, out)
+    return out
+
+
+def _root(t):
+    base = getattr(t, "_base", None)
+    return t if base is None else base
+
+
+def _diagonal_memory(x, out):
+    """NumPy's diagonal is a read-only view; torch's a writable view.  An
+    eager diagonal that is a copy (its planes were not contiguous) could
+    not write into x, so it is read-only: an in-place op on it is an error,
+    not an update x never sees.  NumPy-face values: read-only always."""
+    data = getattr(out, "_data", None)
+    if isinstance(data, np.ndarray) and (getattr(out, "_face", "numpy") != "torch"
+                                         or _root(out) is not _root(x)):
+        data.flags.writeable = False
 
 
 method("diagonal")(lambda x, offset=0, dim1=0, dim2=1: diagonal(x, offset, dim1, dim2))
@@ -812,7 +837,9 @@ def diag(v, k=0, *, diagonal=None):
         k = diagonal
     s = shape_of(v)
     if len(s) == 2:
-        return globals()["diagonal"](v, k)
+        d = globals()["diagonal"](v, k)
+        # torch.diag of a matrix is a new tensor (NumPy's np.diag a read-only view)
+        return _ops.clone(d) if getattr(d, "_face", None) == "torch" else d
     if len(s) != 1:
         raise ValueError(f"diag: input must be 1-D or 2-D, got shape {list(s)}")
     n = s[0] + _builtins.abs(k)

@@ -217,6 +217,20 @@ def array_module(*arrays):
     return np
 
 
+def with_message(e, message):
+    """The exception ``e`` again with ``message`` (the op and its operands
+    added): of e's own class where that class takes a message, else of the
+    builtin class it derives from (NumPy's ``_UFuncNoLoopError`` takes its
+    ufunc and dtypes, not a message: re-made from a message it would be a
+    TypeError about its own constructor)."""
+    try:
+        new = type(e)(message)
+        str(new)
+        return new
+    except Exception:  # noqa: BLE001 -- any class that is not made from a message
+        return next(c for c in type(e).__mro__ if c.__module__ == "builtins")(message)
+
+
 def aval_of(x) -> Aval:
     if isinstance(x, Aval):
         return x

@@ -23,11 +23,17 @@ objective would silently optimise one fixed sample.  Instead:
   ``RandomState`` handed to the function; inside the function it is a
   ``GeneratorProxy`` whose methods record nodes with that input as operand,
   and the generated code calls the real Generator's method at run time.
-* A Generator the function reaches through a closure, a global or a static
-  argument cannot be intercepted (its methods are C methods).  Its state,
-  and that of NumPy's global ``RandomState``, is compared before and after
-  tracing; a change means a draw was frozen, and tracing fails with
-  ``RandomTraceError``.
+  A Generator or RandomState the compiled function (or a helper it calls
+  by name) names itself (a global, a closure variable, a default:
+  ``rs = npr.RandomState(0)`` and ``rs.randn(...)`` inside it) is such an
+  input too, passed by reference on every call
+  (``tracegrad.frontend.captured``), so the generated code draws from that
+  very object, as NumPy would.
+* A Generator reached any other way (an attribute such as ``self.rng``, a
+  container, a static argument) cannot be intercepted (its methods are C
+  methods).  Its state, and that of NumPy's global
+  ``RandomState``, is compared before and after tracing; a change means a
+  draw was frozen, and tracing fails with ``RandomTraceError``.
 * ``seed``, ``set_state``, ``shuffle`` (in place), ``bytes``, ``default_rng``
   and the like raise ``RandomTraceError`` while tracing: compiled code could
   not honour them.
@@ -294,7 +300,7 @@ def _call_source(target, method, args, kwargs):
 
 def _where(source, names):
     return ("NumPy's global random state" if source == "global"
-            else f"the {source} passed as {names[0]}")
+            else f"the {source} {names[0]}")
 
 
 def _emit_numpy(names, method, args, kwargs, source, draw, scalar):
@@ -634,10 +640,13 @@ def _frozen_draw_error(fn, what):
         f"code would replay those numbers, frozen at trace time, on every call instead of "
         f"drawing fresh ones as NumPy does. tracegrad compiles calls to the np.random.* "
         f"functions (looked up as np.random.<name> at call time, not imported by name) into "
-        f"fresh draws; draws from a Generator or RandomState reached through a closure, a "
-        f"global, a default, an attribute or a static argument cannot be intercepted. Use "
-        f"np.random.* functions (np.random.seed(s) before the call reproduces NumPy's "
-        f"numbers), or {_DRAW_ELSEWHERE}. (This check compares random states before and "
+        f"fresh draws, and so are draws from a Generator or RandomState the compiled "
+        f"function or a helper it calls names (a global, a closure variable or a default: "
+        f"it is drawn from at run time, by reference); one reached another way (an "
+        f"attribute such as self.rng, a container, a static argument) cannot be "
+        f"intercepted. Name the generator in the function, pass a Generator as an "
+        f"argument, use np.random.* functions (np.random.seed(s) before the call reproduces "
+        f"NumPy's numbers), or {_DRAW_ELSEWHERE}. (This check compares random states before and "
         f"after tracing; another thread drawing with a Generator the function also reaches "
         f"would trigger it too.)")
 

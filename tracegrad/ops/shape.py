@@ -427,9 +427,16 @@ def flipud(x):
 
 @method("roll")
 @implements(np.roll)
-def roll(x, shift, axis=None, *, dims=None):
-    """Shift elements cyclically (over the flattened array when axis is None)."""
+def roll(x, shift=None, axis=None, *, shifts=None, dims=None):
+    """Shift elements cyclically (over the flattened array when axis is None);
+    torch's keywords ``shifts=`` and ``dims=`` too."""
     axis = axis_arg(axis, dims)
+    if shifts is not None:
+        if shift is not None:
+            raise TypeError("roll: pass either shift or shifts=, not both")
+        shift = shifts
+    if shift is None:
+        raise TypeError("roll() missing required argument 'shift' (torch: 'shifts')")
     if axis is None:
         return reshape(bind(roll_p, ravel(x), shift=int(shift), axis=None), shape_of(x))
     nd = len(shape_of(x))
@@ -474,7 +481,9 @@ def tile(x, reps):
     if len(s) < nd:
         x = reshape(_as_operand(x), (1,) * (nd - len(s)) + s)
     if all(r == 1 for r in reps):
-        return x
+        # a copy all the same (np.tile and torch's repeat make one): an
+        # in-place update of the result must not reach x
+        return _ops.clone(x)
     return bind(tile_p, x, reps=reps)
 
 

@@ -3,7 +3,8 @@
 An entry is the generated module's source, keyed by a hash of the key's
 parts (see ``key_hash``).  On disk it is ``<hash>.py`` (the source, headed
 by a line with the entry format, the key hash and a checksum of the body)
-beside ``<hash>.json`` (the key's parts, for people reading the folder).
+beside ``<hash>.json`` (the key's parts, for people reading the folder and for
+the size cap, which reads the version from it; never run).
 Writes go to a temporary file renamed into place, so processes sharing the
 folder never read half an entry.
 
@@ -15,8 +16,21 @@ miss (logged and counted in ``disk_errors``), recompiled and replaced.  A
 forgery made by our own user is not caught: whoever can write files as us
 can already run code as us (see "The cache" in docs/guide.md).
 
+The folder is bounded (``TRACEGRAD_CACHE_MAX_BYTES``, 1 GiB by default):
+an entry's files (the source, its ``.json``, the native target's shared
+objects ``<hash>-<digest>.so``) and the compiler recipes count; the
+modification time of an entry's source is its last use (a disk hit
+touches it); past the cap, entries of other tracegrad versions go first,
+then the least recently used (see ``prune``).  Eviction is safe with
+other processes sharing the folder: a file being written is a temporary
+one and is never removed (unless it is an hour old: a crashed write), a
+removal tolerates files already gone, and a reader that finds an entry
+half removed has a miss and rebuilds.  A running count of the folder's
+size (``.usage.json``, under flock) spares a write the scan of the folder.
+
 Environment: ``TRACEGRAD_CACHE_DIR`` (default: the user cache folder),
-``TRACEGRAD_CACHE=0`` (memory only), ``TRACEGRAD_MEMORY_CACHE_SIZE`` (how
+``TRACEGRAD_CACHE=0`` (memory only), ``TRACEGRAD_CACHE_MAX_BYTES`` (the
+size cap of the folder; 0: none), ``TRACEGRAD_MEMORY_CACHE_SIZE`` (how
 many loaded entries stay in memory, least recently used dropped first),
 ``TRACEGRAD_EXPLAIN=1`` (log why a call recompiled: which key part changed
 against the closest earlier key).
@@ -28,13 +42,21 @@ import hashlib
 import json
 import logging
 import os
+import re
 import stat
 import sys
 import tempfile
 import threading
+import time
 import warnings
 from collections import OrderedDict
 
+try:
+    import fcntl
+except ImportError:     # Windows: no flock; see _after_write
+    fcntl = None
+
+from tracegrad._version import __version__
 from tracegrad.targets.templates import template_dir
 
 log = logging.getLogger("tracegrad.cache")
@@ -181,7 +203,7 @@ def _memory_cache_size():
 _memory = LRU(_memory_cache_size())         # key hash -> namespace dict of the loaded module
 _recent_keys = LRU(_memory.maxsize)         # function name -> [key parts], newest last
 _stats = {"traces": 0, "compiles": 0, "memory_hits": 0, "disk_hits": 0, "disk_misses": 0,
-          "disk_writes": 0, "disk_errors": 0}
+          "disk_writes": 0, "disk_errors": 0, "disk_evictions": 0}
 _warned_dirs = set()        # (path, problem) already warned about in this process
 _targets = {}               # target name -> loads in this process (numpy, native, cupy)
 _last_target = [None]
@@ -427,6 +449,7 @@ def lookup(khash):
         count("disk_errors")
         return None
     count("disk_hits")
+    _touch(path)
     _memory[khash] = ns
     return ns
 
@@ -437,9 +460,10 @@ def store(khash, source, parts):
     d = cache_dir()
     text = entry_text(khash, source)
     path = f"<tracegrad {khash[:12]}>"      # memory only, unless written below
+    written = 0
     if d is not None and _safe_dir(d, write=True):
         try:
-            _atomic_write(d, khash + ".py", text)
+            written += _atomic_write(d, khash + ".py", text)
             path = os.path.join(d, khash + ".py")
             count("disk_writes")
         except OSError as e:
@@ -453,15 +477,17 @@ def store(khash, source, parts):
                                          f"({e.strerror or e}); this compiled function is kept "
                                          f"in memory only. To fix: {fix}.")
         else:
-            try:    # the key's parts, for people: nothing reads them back
-                _atomic_write(d, khash + ".json", json.dumps(parts, indent=1, sort_keys=True,
-                                                             default=repr))
+            try:    # the key's parts, for people (and for prune: which tracegrad wrote it)
+                written += _atomic_write(d, khash + ".json", json.dumps(
+                    parts, indent=1, sort_keys=True, default=repr))
             except OSError as e:
                 count("disk_errors")
                 log.warning("tracegrad: could not write %s (%s); the entry itself is fine",
                             os.path.join(d, khash + ".json"), e)
     ns = _exec_source(text, path, khash)
     _memory[khash] = ns
+    if written:     # after loading: the native shared object is built by now
+        _after_write(d, written + _object_bytes(ns, d))
     return ns
 
 
@@ -470,10 +496,11 @@ def _atomic_write(d, name, text):
     rename replaces a file, FIFO or symlink in the way; an empty folder in
     the way is removed first, a non-empty one raises OSError."""
     path = os.path.join(d, name)
+    data = text.encode("utf-8")
     fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix="-" + name)   # mode 0600
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         try:
             os.replace(tmp, path)
         except OSError as e:
@@ -488,6 +515,7 @@ def _atomic_write(d, name, text):
         except FileNotFoundError:
             pass
         raise
+    return len(data)
 
 
 def read_private(name):
@@ -499,12 +527,14 @@ def read_private(name):
     if d is None or not _safe_dir(d):
         return None
     try:
-        return _read_entry(os.path.join(d, name)).decode("utf-8")
+        text = _read_entry(os.path.join(d, name)).decode("utf-8")
     except FileNotFoundError:
         return None
     except (_BadEntry, UnicodeDecodeError, OSError) as e:
         log.warning("tracegrad: ignoring %s in the cache folder: %s", name, e)
         return None
+    _touch(os.path.join(d, name))      # a use: the size cap evicts the least recently used
+    return text
 
 
 def write_private(name, text):
@@ -514,9 +544,11 @@ def write_private(name, text):
     if d is None or not _safe_dir(d, write=True):
         return
     try:
-        _atomic_write(d, name, text)
+        n = _atomic_write(d, name, text)
     except OSError as e:
         log.info("tracegrad: could not write %s to the cache folder (%s)", name, e)
+    else:
+        _after_write(d, n)
 
 
 def explain_miss(fn_name, parts):
@@ -539,33 +571,496 @@ def explain_miss(fn_name, parts):
     del seen[:-_KEYS_PER_FUNCTION]
 
 
-def _is_entry_name(name):
-    return name.endswith(".py") and not name.startswith(".tmp-")
+# --- the size cap ---------------------------------------------------------------------------
+#
+# The folder holds, per entry, <hash>.py, <hash>.json and the native target's
+# shared objects <hash>-<digest>.so (named by native_loader.load_library
+# after the module beside them), plus the compiler recipes
+# native-recipe-<hash>.json and the temporary files of writes in progress
+# (.tmp-*).  The cap counts the entries' files (of every tracegrad version)
+# and the recipes; temporary files are shown but not counted, and files that
+# are not tracegrad's (other names, folders, links, another user's files)
+# are neither counted nor ever removed.
+#
+# A use of an entry (a disk hit, a store) sets the modification time of its
+# source; an entry's last use is the newest time of its files.  Nothing is
+# rewritten to record a use, so a hit costs one utime call.
+
+DEFAULT_MAX_BYTES = 1 << 30     # 1 GiB: thousands of entries, shared objects included
+PRUNE_TO = 0.9                  # an automatic prune leaves the folder at 90% of the cap
+RESCAN_SECONDS = 24 * 3600      # the running count is checked by a scan at least this often
+RESCAN_EVERY = 32               # without flock (Windows): a process's writes between two scans
+STALE_TEMP_SECONDS = 3600       # a temporary file this old: a crashed write (builds take < 300 s)
+FRESH_OBJECT_SECONDS = 10       # a shared object this young may be being loaded by its builder
+
+_ENTRY_FILE = re.compile(r"([0-9a-f]{32})(\.py|\.json|-[0-9a-f]{16}\.so)\Z")
+_RECIPE_FILE = re.compile(r"native-recipe-[0-9A-Za-z]+\.json\Z")
+_SIZE_UNITS = {"": 1, "b": 1, "k": 2 ** 10, "kb": 10 ** 3, "kib": 2 ** 10, "m": 2 ** 20,
+               "mb": 10 ** 6, "mib": 2 ** 20, "g": 2 ** 30, "gb": 10 ** 9, "gib": 2 ** 30,
+               "t": 2 ** 40, "tb": 10 ** 12, "tib": 2 ** 40}
+_SIZE_HELP = ("write a number of bytes (1073741824) or a size with a unit (500MB, 1.5GiB, 2G: "
+              "kB/MB/GB are powers of 1000, KiB/MiB/GiB and K/M/G powers of 1024); 0 for no limit")
+
+# The kinds of files the folder holds, in the order `tracegrad cache info` lists them:
+# (kind, what it is called, what one of them is called, counted against the cap)
+KINDS = (("numpy", "NumPy modules", "entry", True),
+         ("native", "native modules", "entry", True),
+         ("shared_object", "shared objects", "file", True),
+         ("recipe", "compiler recipes", "file", True),
+         ("other_version", "other versions", "entry", True),
+         ("orphan", "pieces of removed entries", "file", True),
+         ("temp", "temporary files", "file", False),
+         ("other", "not tracegrad's", "file", False))
 
 
-def _disk_entries():
-    d = cache_dir()
-    if d is None or not os.path.isdir(d):
-        return 0, 0
-    n = size = 0
-    with os.scandir(d) as it:
+def parse_size(text) -> int:
+    """Bytes from ``1073741824``, ``500MB``, ``1.5GiB`` or ``2G``; ValueError
+    (saying how to write one) otherwise."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*", str(text))
+    if not m or m.group(2).lower() not in _SIZE_UNITS:
+        raise ValueError(f"{text!r} is not a size: {_SIZE_HELP}")
+    num, unit = m.group(1), _SIZE_UNITS[m.group(2).lower()]
+    return int(num) * unit if num.isdigit() else int(float(num) * unit)
+
+
+def size_cap() -> int:
+    """The cap of the disk cache in bytes, from TRACEGRAD_CACHE_MAX_BYTES
+    (default 1 GiB; 0: no limit).  A value that is not a size is a
+    RuntimeWarning naming the variable, once, and the default applies."""
+    raw = os.environ.get("TRACEGRAD_CACHE_MAX_BYTES", "").strip()
+    if not raw:
+        return DEFAULT_MAX_BYTES
+    try:
+        return parse_size(raw)
+    except ValueError:
+        _warn_once(("TRACEGRAD_CACHE_MAX_BYTES", raw),
+                   f"tracegrad: TRACEGRAD_CACHE_MAX_BYTES={raw!r} is not a size; the disk cache "
+                   f"is capped at the default, {DEFAULT_MAX_BYTES} bytes (1 GiB). To set it: "
+                   f"{_SIZE_HELP}.")
+        return DEFAULT_MAX_BYTES
+
+
+def _touch(path):
+    """Record a use of the file at ``path`` (its modification time: now)."""
+    try:
+        os.utime(path)
+    except OSError:     # a read-only folder or file system: its entries are not evicted by us
+        pass
+
+
+def _object_bytes(ns, d):
+    """The size of the shared object a native module loaded from the folder ``d``."""
+    lib = ns.get("_lib")
+    p = getattr(lib, "__file__", None) or getattr(lib, "_name", None)
+    if not isinstance(p, str) or os.path.dirname(os.path.abspath(p)) != os.path.abspath(d):
+        return 0
+    try:
+        return os.stat(p).st_size
+    except OSError:
+        return 0
+
+
+class _Group:
+    """The files of one entry (its hash) or one recipe: [name, size, mtime_ns]."""
+    __slots__ = ("key", "py", "json", "objects", "recipe", "kind")
+
+    def __init__(self, key):
+        self.key, self.py, self.json, self.objects, self.recipe = key, None, None, [], None
+        self.kind = None
+
+    def files(self):
+        return [f for f in (self.py, self.json, self.recipe) if f is not None] + self.objects
+
+    def size(self):
+        return sum(f[1] for f in self.files())
+
+    def last_use(self):
+        return max(f[2] for f in self.files())
+
+
+def _scan(d):
+    """(groups by key, temporary files, other files) of the folder; each file
+    is [name, size, mtime_ns], read by lstat (no link is followed)."""
+    groups, temp, other = {}, [], []
+    me = os.geteuid() if _POSIX else None
+    try:
+        it = os.scandir(d)
+    except (FileNotFoundError, NotADirectoryError):
+        return groups, temp, other
+    with it:
         for e in it:
-            if e.name.startswith(".tmp-") or not e.is_file(follow_symlinks=False):
-                continue
-            n += _is_entry_name(e.name)
             try:
-                size += e.stat(follow_symlinks=False).st_size
+                st = e.stat(follow_symlinks=False)
             except FileNotFoundError:   # removed by another process meanwhile
-                pass
-    return n, size
+                continue
+            f = [e.name, st.st_size, st.st_mtime_ns]
+            if e.name == USAGE_FILE:
+                continue    # the running count of the folder's size: tracegrad's, not counted
+            if not stat.S_ISREG(st.st_mode) or (me is not None and st.st_uid != me):
+                other.append(f)
+            elif e.name.startswith(".tmp-"):
+                temp.append(f)
+            elif _RECIPE_FILE.match(e.name):
+                g = groups[e.name] = _Group(e.name)
+                g.recipe, g.kind = f, "recipe"
+            else:
+                m = _ENTRY_FILE.match(e.name)
+                if m is None:
+                    other.append(f)
+                    continue
+                g = groups.get(m.group(1)) or groups.setdefault(m.group(1), _Group(m.group(1)))
+                if m.group(2) == ".py":
+                    g.py = f
+                elif m.group(2) == ".json":
+                    g.json = f
+                else:
+                    g.objects.append(f)
+    return groups, temp, other
+
+
+_parts_memo = {}    # (json name, size, mtime_ns) -> the entry's key parts (or None)
+
+
+def _entry_parts(d, g):
+    """The key parts of an entry from its .json (None when missing or unreadable)."""
+    if g.json is None:
+        return None
+    memo_key = tuple(g.json)
+    if memo_key not in _parts_memo:
+        try:
+            parts = json.loads(_read_entry(os.path.join(d, g.json[0])).decode("utf-8"))
+        except (OSError, _BadEntry, ValueError):
+            parts = None
+        if len(_parts_memo) > 100_000:
+            _parts_memo.clear()
+        _parts_memo[memo_key] = parts if isinstance(parts, dict) else None
+    return _parts_memo[memo_key]
+
+
+def _entry_format(d, g):
+    """The entry format named by the header of the entry's source ('' if unreadable)."""
+    try:
+        fd = os.open(os.path.join(d, g.py[0]), _OPEN_FLAGS)
+    except OSError:
+        return ""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""
+        line = os.read(fd, 256).partition(b"\n")[0].decode("ascii", "replace")
+    finally:
+        os.close(fd)
+    if not line.startswith(_HEADER_PREFIX):
+        return ""
+    return dict(f.partition("=")[::2] for f in line[len(_HEADER_PREFIX):].split()).get("format", "")
+
+
+def _classify(d, g):
+    """Set the kind of an entry: orphan (its source is gone: pieces of an
+    entry removed, a shared object built as it was), other_version (written
+    by another tracegrad version, or from other templates or entry format),
+    native (it has a shared object, or its key is a native build), numpy."""
+    if g.kind is not None:
+        return g.kind
+    if g.py is None:
+        g.kind = "orphan"
+        return g.kind
+    parts = _entry_parts(d, g)
+    if parts is None:
+        fmt = _entry_format(d, g)
+        other = fmt.isdigit() and fmt != str(ENTRY_FORMAT)
+    else:
+        other = (parts.get("version", __version__) != __version__
+                 or parts.get("templates", templates_hash()) != templates_hash())
+    if other:
+        g.kind = "other_version"
+    elif g.objects or (parts or {}).get("backend") == "native" and \
+            (parts or {}).get("native", "unavailable") != "unavailable":
+        g.kind = "native"
+    else:
+        g.kind = "numpy"
+    return g.kind
+
+
+def disk_usage(d=None) -> dict:
+    """What the cache folder holds, by kind: for each kind of ``KINDS``
+    ``{kind: {"count": n, "bytes": b}}`` (count: entries or files, as
+    ``KINDS`` says; a native entry's shared objects are the shared_object
+    kind, an entry of another version counts its objects with it), with
+    ``"entries"`` (every entry's source), ``"bytes"`` (what counts
+    against the cap) and ``"max_bytes"``."""
+    d = cache_dir() if d is None else d
+    out = {k: {"count": 0, "bytes": 0} for k, *_ in KINDS}
+    entries = 0
+    if d is not None and os.path.isdir(d):
+        groups, temp, other = _scan(d)
+        for g in groups.values():
+            kind = _classify(d, g)
+            entries += g.py is not None
+            if kind == "native":
+                files = [f for f in (g.py, g.json) if f is not None]
+                out["native"]["count"] += 1
+                out["native"]["bytes"] += sum(f[1] for f in files)
+                out["shared_object"]["count"] += len(g.objects)
+                out["shared_object"]["bytes"] += sum(f[1] for f in g.objects)
+            else:
+                out[kind]["count"] += len(g.files()) if kind == "orphan" else 1
+                out[kind]["bytes"] += g.size()
+        for kind, files in (("temp", temp), ("other", other)):
+            out[kind]["count"] += len(files)
+            out[kind]["bytes"] += sum(f[1] for f in files)
+    out["entries"] = entries
+    out["bytes"] = sum(out[k]["bytes"] for k, _, _, counted in KINDS if counted)
+    out["max_bytes"] = size_cap()
+    return out
+
+
+def _unlink(d, name):
+    """Remove one file; the bytes removed (0 when it was gone already)."""
+    p = os.path.join(d, name)
+    try:
+        size = os.lstat(p).st_size
+        os.unlink(p)
+        return size
+    except FileNotFoundError:      # removed by another process meanwhile
+        return 0
+    except OSError as e:
+        log.warning("tracegrad: could not remove %s from the cache (%s)", p, e)
+        return 0
+
+
+def _remove_group(d, g):
+    """Remove an entry (its source first, so a reader from now on misses;
+    then its .json and shared objects) or a recipe, unless it was used or
+    rewritten since the scan (its source's time changed), or, for pieces of
+    a removed entry, unless its source came back.  The bytes removed, or
+    None when it was left."""
+    try:
+        st = os.lstat(os.path.join(d, (g.py or g.recipe or [g.key + ".py"])[0]))
+    except FileNotFoundError:
+        st = None
+    if g.py is not None or g.recipe is not None:
+        mine = g.py or g.recipe
+        if st is None or st.st_mtime_ns != mine[2]:
+            return None     # used (touched), rewritten or removed by another process meanwhile
+    elif st is not None:
+        return None         # pieces of an entry whose source is back: an entry again
+    return sum(_unlink(d, f[0]) for f in g.files())
+
+
+def _dir_lock(d, wait):
+    """An exclusive lock on the folder (flock on its descriptor), so that one
+    process prunes at a time: the descriptor to close, True when locking is
+    not available here, or None when another process holds it (wait=False)."""
+    if fcntl is None:       # Windows: prunes may overlap; each removal tolerates the others
+        return True
+    try:
+        fd = os.open(d, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except OSError as e:
+        os.close(fd)
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return None
+        return True         # a file system without flock
+    return fd
+
+
+def _prune(d, cap, target, wait):
+    """Prune the folder ``d``: remove stale temporary files and pieces of
+    removed entries; if it holds more than ``cap`` bytes (0: no limit),
+    remove entries until it holds at most ``target``: entries of other
+    versions first, then the least recently used entries and recipes.
+    The report, or None when another process is pruning (wait=False)."""
+    lock = _dir_lock(d, wait)
+    if lock is None:
+        return None
+    try:
+        added_at_scan = _usage_update(d, None)
+        groups, temp, _ = _scan(d)
+        removed = {"other_version": 0, "lru": 0, "recipe": 0, "orphan": 0, "temp": 0}
+        freed = 0
+        now = time.time_ns()
+        stale = now - STALE_TEMP_SECONDS * 10 ** 9
+        # A shared object just renamed into place may not be loaded yet by the
+        # process that built it (a load that fails right after a build turns the
+        # native target off in that process): it and its entry stay a while.
+        fresh = now - FRESH_OBJECT_SECONDS * 10 ** 9
+        loading = {g.key for g in groups.values() if any(o[2] > fresh for o in g.objects)}
+        for f in temp:
+            if f[2] < stale:
+                n = _unlink(d, f[0])
+                freed += n
+                removed["temp"] += 1
+        total = sum(g.size() for g in groups.values())
+        before = total
+        for g in [g for g in groups.values()
+                  if g.py is None and g.recipe is None and g.key not in loading]:
+            n = _remove_group(d, g)     # pieces: always garbage, whatever the cap
+            if n is not None:
+                removed["orphan"] += len(g.files())
+                total -= g.size()
+                freed += n
+                del groups[g.key]
+        kept_fresh = 0
+        if cap and total > cap:
+            # entries of other versions first, each tier least recently used first
+            order = sorted(groups.values(), key=lambda g: (
+                _classify(d, g) != "other_version", g.last_use(), g.key))
+            for g in order:
+                if total <= target:
+                    break
+                if g.key in loading:
+                    kept_fresh += 1
+                    continue
+                n = _remove_group(d, g)
+                if n is None:
+                    continue
+                total -= g.size()
+                freed += n
+                kind = "recipe" if g.recipe is not None else (
+                    "other_version" if g.kind == "other_version" else "lru")
+                removed[kind] += 1
+        evicted = removed["other_version"] + removed["lru"]
+        count("disk_evictions", evicted)
+        if added_at_scan is not None:
+            _usage_update(d, (total, added_at_scan))
+        if evicted or removed["recipe"]:
+            log.info("tracegrad: pruned the cache folder %s to %d bytes (cap %d): removed %s",
+                     d, total, cap, removed)
+        return {"folder": d, "max_bytes": cap, "target": target, "bytes_before": before,
+                "bytes_after": total, "freed_bytes": freed, "removed": removed,
+                "evicted_entries": evicted, "kept_fresh": kept_fresh}
+    finally:
+        if lock is not True:
+            os.close(lock)  # closing the descriptor releases the lock
+
+
+def prune(max_bytes=None, *, wait=True):
+    """Bring the disk cache under a size cap now: ``max_bytes`` bytes, else
+    TRACEGRAD_CACHE_MAX_BYTES, else 1 GiB (0: no limit, so only stale
+    temporary files and pieces of removed entries go).  Past the cap,
+    entries of other tracegrad versions go first, then the least recently
+    used entries and recipes, until the folder holds at most the cap.
+
+    Returns a report: ``bytes_before``, ``bytes_after``, ``freed_bytes``,
+    ``removed`` (counts by reason: other_version, lru, recipe, orphan,
+    temp), ``evicted_entries``, ``kept_fresh`` (entries left because their
+    shared object was built in the last ``FRESH_OBJECT_SECONDS``: its
+    process may be loading it), ``max_bytes``, ``folder``; None when the
+    disk cache is off or its folder is missing or unsafe, or (wait=False)
+    another process is pruning it."""
+    cap = size_cap() if max_bytes is None else int(max_bytes)
+    if cap < 0:
+        raise ValueError(f"max_bytes must be 0 (no limit) or a positive number of bytes, got {cap}")
+    d = cache_dir()
+    if d is None or not _safe_dir(d):
+        return None
+    return _prune(d, cap, cap, wait)
+
+
+# The folder's size, kept without scanning it at every write: the file
+# USAGE_FILE holds {"bytes": what the last scan found, "at_scan": the count
+# of bytes written when it began, "added": the count of bytes written by
+# every process, "scanned": when}, updated under flock.  A write adds to
+# "added"; the estimate is bytes + added - at_scan.  A write that takes it
+# past the cap (or finds the file missing, damaged, or a scan a day old)
+# scans and prunes.  A write counted during a scan is counted twice at worst:
+# the estimate errs high, which costs an early scan, never an overfull folder.
+USAGE_FILE = ".usage.json"
+_local = {"dir": None, "bytes": None, "writes": 0}     # without flock: this process's count
+_local_lock = threading.Lock()
+
+
+def _usage_update(d, change):
+    """Under an flock of the folder's USAGE_FILE: ``change`` an int adds
+    that many bytes written and returns (estimate, scan due); None returns
+    "added" (the count a scan starts from); (bytes, at_scan) records a
+    scan.  Returns None when the file cannot be used (no flock, not ours)."""
+    if fcntl is None:
+        return None
+    try:
+        fd = os.open(os.path.join(d, USAGE_FILE), os.O_RDWR | os.O_CREAT | getattr(
+            os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0),
+            0o600)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (_POSIX and (st.st_uid != os.geteuid()
+                                                        or st.st_mode & 0o022)):
+            return None
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            u = json.loads(os.pread(fd, 4096, 0).decode("ascii"))
+            if set(u) != {"bytes", "at_scan", "added", "scanned"} or \
+                    not all(type(v) is int and v >= 0 for v in u.values()):
+                raise ValueError(u)
+            ok = True
+        except ValueError:      # new, damaged or cut short: a scan puts it right
+            u, ok = {"bytes": 0, "at_scan": 0, "added": 0, "scanned": 0}, False
+        if change is None:
+            return u["added"]
+        if isinstance(change, tuple):
+            u.update(bytes=change[0], at_scan=change[1], scanned=int(time.time()))
+            if not ok:      # damaged during the scan: what was written since is lost
+                u["added"] = change[1]
+        else:
+            u["added"] += change
+        data = json.dumps(u, sort_keys=True).encode("ascii")
+        os.pwrite(fd, data, 0)
+        os.ftruncate(fd, len(data))
+        estimate = u["bytes"] + max(0, u["added"] - u["at_scan"])
+        return estimate, not ok or time.time() - u["scanned"] > RESCAN_SECONDS
+    except OSError:
+        return None
+    finally:
+        os.close(fd)    # releases the lock
+
+
+def _after_write(d, nbytes):
+    """``nbytes`` were written to the folder ``d``: count them, and prune the
+    folder when it may be past the cap.  Never raises: the cap is
+    housekeeping."""
+    try:
+        cap = size_cap()
+        counted = _usage_update(d, nbytes)
+        if counted is not None:
+            estimate, due = counted
+        else:   # no shared count here: this process's, with a scan every RESCAN_EVERY writes
+            with _local_lock:
+                if _local["dir"] != d:
+                    _local.update(dir=d, bytes=None, writes=0)
+                _local["writes"] += 1
+                if _local["bytes"] is not None:
+                    _local["bytes"] += nbytes
+                estimate = _local["bytes"]
+                due = estimate is None or _local["writes"] >= RESCAN_EVERY
+        if cap <= 0 or not (due or estimate > cap):
+            return
+        report = _prune(d, cap, int(cap * PRUNE_TO), wait=False)
+        if report is not None and counted is None:
+            with _local_lock:
+                _local.update(dir=d, bytes=report["bytes_after"], writes=0)
+    except Exception as e:  # noqa: BLE001 -- a failed prune must not fail a compile
+        log.warning("tracegrad: could not prune the cache folder %s (%s)", d, e)
 
 
 def cache_info() -> dict:
-    """Counters of this process and the size of the disk cache."""
-    n, size = _disk_entries()
+    """Counters of this process and the size of the disk cache: ``disk_entries``
+    and ``disk_bytes`` (what counts against the cap), ``disk_max_bytes`` (the
+    cap, 0 for none), and for each kind of file ``disk_<kind>_count`` and
+    ``disk_<kind>_bytes`` (kinds: numpy, native, shared_object, recipe,
+    other_version, orphan, temp, other; see ``KINDS``)."""
+    u = disk_usage()
+    by_kind = {}
+    for kind, *_ in KINDS:
+        by_kind[f"disk_{kind}_count"] = u[kind]["count"]
+        by_kind[f"disk_{kind}_bytes"] = u[kind]["bytes"]
     return dict(_stats, memory_entries=len(_memory), memory_size=_memory.maxsize,
-                disk_entries=n, disk_bytes=size, cache_dir=cache_dir(),
-                target=_last_target[0], targets=dict(_targets))
+                disk_entries=u["entries"], disk_bytes=u["bytes"], disk_max_bytes=u["max_bytes"],
+                **by_kind, cache_dir=cache_dir(), target=_last_target[0], targets=dict(_targets))
 
 
 # What the layers above keep in memory besides the loaded modules (the API's
@@ -585,7 +1080,8 @@ def clear_cache(memory=True, disk=True):
         d = cache_dir()
         if d and os.path.isdir(d):
             for name in os.listdir(d):
-                # .so: the native target's shared objects beside their entries
+                # .so: the native target's shared objects beside their entries;
+                # .json: also the recipes and the running count of the folder's size
                 if name.endswith((".py", ".json", ".so")) or name.startswith(".tmp-"):
                     p = os.path.join(d, name)
                     try:
@@ -597,6 +1093,8 @@ def clear_cache(memory=True, disk=True):
                         pass
                     except OSError as e:
                         log.warning("tracegrad: could not remove %s from the cache (%s)", p, e)
+        with _local_lock:
+            _local.update(dir=None, bytes=None, writes=0)
     for k in _stats:
         _stats[k] = 0
     _targets.clear()

@@ -27,23 +27,89 @@ from tracegrad.ops import primitives
 from tracegrad.ops.primitives import Aval
 
 
+# the dtype kinds compiled code takes: bool, signed and unsigned integer,
+# floating point, complex (a np.random.Generator is taken whole, not as an array)
+ACCEPTED_KINDS = frozenset("biufc")
+ACCEPTED_DTYPES = "bool, integer, floating-point or complex"
+_GENERATORS = (np.random.Generator, np.random.RandomState)   # captured state passed whole
+
+
 def leaf_array(x, where):
-    """The array behind one argument leaf, and whether it was a Tensor."""
+    """The array behind one argument leaf, and whether it was a Tensor.
+
+    ``where`` names the leaf in an error (``"tg.grad of f: argument 'x'"``):
+    a string, or a function of no arguments giving one, called only when the
+    leaf is refused (so a call that succeeds formats nothing)."""
     t = type(x)
     if t is np.ndarray:
+        if x.dtype.kind not in ACCEPTED_KINDS:
+            raise dtype_error(where, x.dtype)
         return x, False
     if hasattr(x, "grad_fn") and hasattr(x, "_data"):
+        if x._data.dtype.kind not in ACCEPTED_KINDS:
+            raise dtype_error(where, x._data.dtype, "tensor")
         return x._data, True
-    if isinstance(x, (bool, int, float)) or isinstance(x, np.generic):
-        return np.asarray(x), False
     if t.__module__.startswith("cupy") or t is np.random.Generator:
         # a Generator is handed to the generated code, which draws from it
         return x, False
-    if hasattr(x, "__array__") and not isinstance(x, (str, bytes)):
-        return np.asarray(x), False
-    raise TypeError(f"{where}: tracegrad compiles functions of arrays and numbers (and tuples, "
-                    f"lists and dicts of them); got a {t.__name__}. Pass non-array arguments "
-                    f"as static (static_argnums=/static_argnames=).")
+    if isinstance(x, (bool, int, float, complex, np.generic)) or (
+            hasattr(x, "__array__") and not isinstance(x, (str, bytes))):
+        a = np.asarray(x)
+        if a.dtype.kind not in ACCEPTED_KINDS:
+            raise dtype_error(where, a.dtype,
+                              "array" if isinstance(x, np.ndarray) else t.__name__)
+        return a, False
+    where = where() if callable(where) else where
+    if isinstance(x, (np.random.RandomState, np.random.BitGenerator)):
+        raise TypeError(f"{where} is a np.random.{t.__name__}; compiled functions take a "
+                        f"np.random.Generator argument (np.random.default_rng(seed)), drawn "
+                        f"from on every call, but not a {t.__name__}. Pass a Generator, or "
+                        f"draw the numbers outside and pass them as an array.")
+    raise TypeError(f"{where} is {_a(t.__name__)}: tracegrad compiles functions of arrays and "
+                    f"numbers (and tuples, lists and dicts of them), not {_a(t.__name__)}. Pass "
+                    f"non-array arguments as static (static_argnums=/static_argnames=).")
+
+
+def _a(noun):
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+
+
+def dtype_error(where, dtype, what="array"):
+    """The TypeError for an argument leaf whose dtype compiled code cannot take."""
+    where = where() if callable(where) else where
+    return TypeError(f"{where} is {_a(what)} of dtype "
+                     f"{dtype}; tracegrad compiles functions of arrays of {ACCEPTED_DTYPES} "
+                     f"dtype (and np.random.Generator arguments), not {dtype}. Convert it to "
+                     f"one of those first, e.g. np.asarray(x, dtype=np.float64).")
+
+
+def display_paths(treedef, prefix):
+    """Each leaf's path as Python writes it, for messages: x, p['w'], xs[1],
+    pair.bias (``leaf_paths`` gives the identifiers of the generated code).
+    prefix None: a dict of keyword arguments, whose keys are the names."""
+    paths = []
+
+    def rec(d, path):
+        kind = d[0]
+        if kind == "leaf":
+            paths.append(path)
+        elif kind in ("tuple", "list"):
+            for i, e in enumerate(d[1]):
+                rec(e, f"{path}[{i}]")
+        elif kind == "namedtuple":
+            for f, e in zip(d[1]._fields, d[2]):
+                rec(e, f"{path}.{f}")
+        elif kind == "dict":
+            for k, e in zip(d[1], d[2]):
+                rec(e, str(k) if path is None else f"{path}[{k!r}]")
+
+    rec(treedef, prefix)
+    return paths
+
+
+def describe_path(path, what="argument"):
+    """``argument 'x'`` for a name, ``argument p['w']`` for a path in it."""
+    return f"{what} '{path}'" if path.isidentifier() else f"{what} {path}"
 
 
 class GraphFunction:
@@ -52,13 +118,17 @@ class GraphFunction:
     # set from the trace and inherited by the derived graphs.
     backend = "numpy"
 
-    def __init__(self, key, make_graph, name, n_in, n_out):
+    def __init__(self, key, make_graph, name, n_in, n_out, fixed=()):
         self.key = key                # structural key (str), part of the cache key
         self._make_graph = make_graph
         self._graph = None
         self.name = name
         self.n_in = n_in              # inputs and outputs of the original graph
         self.n_out = n_out
+        # positions of inputs that are not differentiated: the captured
+        # arrays and generators a trace reads at call time (passed by the
+        # caller like the others; they get no cotangent and no tangent)
+        self.fixed = tuple(fixed)
         self._fn = None
         self._derived = {}
 
@@ -67,9 +137,17 @@ class GraphFunction:
         def make():
             from tracegrad.runtime import pipeline
             return pipeline.graph_of(trace)
-        gf = cls(trace.structure_hash(), make, name, len(trace.inputs), len(trace.outputs))
+        n_in = len(trace.inputs)
+        gf = cls(trace.structure_hash(), make, name, n_in, len(trace.outputs),
+                 fixed=range(n_in - len(trace.implicit), n_in))
         gf.backend = trace.backend
         return gf
+
+    @property
+    def wrt(self):
+        """The differentiated input positions."""
+        fixed = self.fixed
+        return [i for i in range(self.n_in) if i not in fixed] if fixed else list(range(self.n_in))
 
     @property
     def graph(self):
@@ -114,7 +192,8 @@ class GraphFunction:
         if gf is not None:
             return gf
         from tracegrad.runtime import pipeline
-        wrt = range(self.n_in)
+        wrt = self.wrt
+        n_wrt = len(wrt)
 
         if what in ("vjp_fwd", "vjp_bwd"):
             holder = {}
@@ -127,9 +206,9 @@ class GraphFunction:
                     return holder["split"][i]
                 return make
             fwd = GraphFunction(self.key + "/vjp_fwd", part(0), self.name + " (forward)",
-                                self.n_in, None)
+                                self.n_in, None, self.fixed)
             bwd = GraphFunction(self.key + "/vjp_bwd", part(1), self.name + " (backward)",
-                                None, self.n_in)
+                                None, n_wrt)
             fwd.backend = bwd.backend = self.backend
             self._derived["vjp_fwd"] = fwd
             self._derived["vjp_bwd"] = bwd
@@ -137,10 +216,11 @@ class GraphFunction:
         if what == "joint":
             gf = GraphFunction(self.key + "/joint",
                                lambda: pipeline.transform(self.graph, "joint", wrt),
-                               self.name + " (vjp)", self.n_in + self.n_out, self.n_in)
+                               self.name + " (vjp)", self.n_in + self.n_out, n_wrt, self.fixed)
         elif what == "jvp":
             gf = GraphFunction(self.key + "/jvp", lambda: pipeline.transform(self.graph, "jvp", wrt),
-                               self.name + " (jvp)", 2 * self.n_in, 2 * self.n_out)
+                               self.name + " (jvp)", self.n_in + n_wrt, 2 * self.n_out,
+                               self.fixed)
         else:
             raise ValueError(what)
         gf.backend = self.backend
@@ -163,7 +243,8 @@ class GraphFunction:
     def _call_tensors(self, values):
         from tracegrad.eager.grad_mode import state
         from tracegrad.eager.tensor import Tensor
-        arrays = [v._data if isinstance(v, Tensor) else np.asarray(v) for v in values]
+        arrays = [v._data if isinstance(v, Tensor) else
+                  v if isinstance(v, _GENERATORS) else np.asarray(v) for v in values]
         track = state.grad_enabled and any(isinstance(v, Tensor) and v._requires_grad
                                            for v in values)
         if not track:
@@ -260,17 +341,34 @@ class CompiledBackward(Node):
             cts.append(g)
         if create_graph:
             joint = self.gf.derived("joint")
-            return list(joint.call_tensors(list(self.saved) + cts))
+            return self._per_input(list(joint.call_tensors(list(self.saved) + cts)))
         bwd = self.gf.derived("vjp_bwd")
         outs = bwd.run(*self.residuals, *[c._data for c in cts])
-        return [Tensor(np.asarray(o)) for o in outs]
+        return self._per_input([Tensor(np.asarray(o)) for o in outs])
+
+    def _per_input(self, grads):
+        """One gradient per input: none for the captured state."""
+        fixed = self.gf.fixed
+        if not fixed:
+            return grads
+        it = iter(grads)
+        return [None if i in fixed else next(it) for i in range(self.gf.n_in)]
 
 
 # --- tg.vjp and tg.jvp ---------------------------------------------------------------
 
-def _trace_flat(fn, primals, backend):
+def _trace_flat(fn, primals, backend, what="vjp"):
     leaves, tree = tree_flatten(tuple(primals))
-    arrays = [leaf_array(x, "primal")[0] for x in leaves]
+    name = getattr(fn, "__qualname__", "f")
+    paths = display_paths(tree, "primals")
+    arrays = []
+    for x, path in zip(leaves, paths):
+        if type(x) is np.random.Generator:
+            raise TypeError(f"tg.{what} of {name}: {path} is a np.random.Generator; "
+                            f"tg.{what} takes arrays as primals. Bind the Generator with "
+                            f"functools.partial or a lambda, or call tg.grad/tg.value_and_grad, "
+                            f"which take a Generator argument")
+        arrays.append(leaf_array(x, lambda: f"tg.{what} of {name}: {path}")[0])
     names = leaf_paths(tree, "x")
     avals = [Aval(tuple(a.shape), a.dtype) for a in arrays]
 
@@ -282,7 +380,7 @@ def _trace_flat(fn, primals, backend):
         backend = "cupy" if any(type(a).__module__.startswith("cupy") for a in arrays) \
             else pipeline.default_backend()
     faces = ["torch" if hasattr(x, "grad_fn") else "numpy" for x in leaves]
-    trace, out_tree = trace_function(fn, avals, rebuild, names, backend, faces)
+    trace, out_tree = trace_function(fn, avals, rebuild, names, backend, faces, capture=True)
     cache.count("traces")
     name = getattr(fn, "__qualname__", "f")
     return trace, out_tree, tree, arrays, names, name
@@ -292,14 +390,14 @@ _VJP_CACHE = cache.LRU(cache.DEFAULT_MEMORY_CACHE_SIZE)   # structure hash -> Gr
 
 
 def vjp(fn, primals, has_aux, backend):
-    trace, out_tree, in_tree, arrays, names, name = _trace_flat(fn, primals, backend)
+    trace, out_tree, in_tree, arrays, names, name = _trace_flat(fn, primals, backend, "vjp")
     key = trace.structure_hash()
     gf = _VJP_CACHE.get(key)
     if gf is None:
         gf = _VJP_CACHE[key] = GraphFunction.from_trace(trace, names, name)
     fwd = gf.derived("vjp_fwd")
     bwd = gf.derived("vjp_bwd")
-    outs = fwd.run(*arrays)
+    outs = fwd.run(*arrays, *trace.implicit)   # the captured state, read now
     n_out = len(trace.outputs)
     primal_outs = list(outs[:n_out])
     residuals = outs[n_out:]
@@ -318,7 +416,9 @@ def vjp(fn, primals, has_aux, backend):
             raise ValueError(f"vjp_fn expects cotangents shaped like the function's output "
                              f"({n_out} arrays), got {len(ct_leaves)}")
         cts = []
-        for c, o in zip(ct_leaves, primal_outs):
+        for k, (c, o) in enumerate(zip(ct_leaves, primal_outs)):
+            if not (type(c).__module__.startswith("cupy") or hasattr(c, "_data")):
+                c = leaf_array(c, lambda: f"tg.vjp of {name}: vjp_fn's cotangent {k}")[0]
             c = primitives.array_module(o).asarray(  # CuPy outputs too
                 c, dtype=o.dtype if hasattr(o, "dtype") else np.asarray(o).dtype)
             if c.shape != np.shape(o):
@@ -335,13 +435,14 @@ def vjp(fn, primals, has_aux, backend):
 
 def jvp(fn, primals, tangents, backend):
     primals, tangents = tuple(primals), tuple(tangents)
-    trace, out_tree, in_tree, arrays, names, name = _trace_flat(fn, primals, backend)
+    trace, out_tree, in_tree, arrays, names, name = _trace_flat(fn, primals, backend, "jvp")
     t_leaves, t_tree = tree_flatten(tangents)
     if t_tree != in_tree:
         raise ValueError("jvp: tangents must have the same structure as primals")
     t_arrays = []
-    for t, a in zip(t_leaves, arrays):
-        t = primitives.array_module(a).asarray(leaf_array(t, "tangent")[0], dtype=a.dtype)  # CuPy too
+    for t, a, path in zip(t_leaves, arrays, display_paths(t_tree, "tangents")):
+        t = leaf_array(t, lambda: f"tg.jvp of {name}: {path}")[0]
+        t = primitives.array_module(a).asarray(t, dtype=a.dtype)  # CuPy too
         if t.shape != a.shape:
             raise ValueError(f"jvp: tangent of shape {t.shape} for a primal of shape {a.shape}")
         t_arrays.append(t)
@@ -349,6 +450,6 @@ def jvp(fn, primals, tangents, backend):
     gf = _VJP_CACHE.get(key)
     if gf is None:
         gf = _VJP_CACHE[key] = GraphFunction.from_trace(trace, names, name)
-    outs = gf.derived("jvp").run(*arrays, *t_arrays)
+    outs = gf.derived("jvp").run(*arrays, *trace.implicit, *t_arrays)
     n = len(trace.outputs)
     return tree_unflatten(out_tree, list(outs[:n])), tree_unflatten(out_tree, list(outs[n:]))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 
+from tracegrad.frontend import captured
 from tracegrad.runtime import cache
 
 BACKENDS = ("numpy", "native")     # the ones TRACEGRAD_BACKEND may name
@@ -41,7 +42,8 @@ def graph_of(trace, exact=False):
     every floating-point result bit for bit)."""
     from tracegrad.ir import graph as ir, passes
     g = ir.from_trace(trace)
-    passes.optimize(g, exact=exact)
+    with captured.suspended():   # graphs are replayed here, not user code
+        passes.optimize(g, exact=exact)
     return g
 
 
@@ -54,10 +56,15 @@ def transform(g, kind, wrt):
     vjp: outputs and input cotangents, the output cotangents as extra inputs;
     joint: the input cotangents only; jvp: outputs and their tangents, one
     tangent input per input; vhp / hvp: v^T H and H v of a scalar output."""
-    from tracegrad.ir import adjoint, passes
     wrt = list(wrt)
     if kind == "forward":
         return g
+    with captured.suspended():   # graphs are replayed here, not user code
+        return _transform(g, kind, wrt)
+
+
+def _transform(g, kind, wrt):
+    from tracegrad.ir import adjoint, passes
     if kind in ("grad", "value_and_grad"):
         out = adjoint.reverse(g, wrt, seed="ones")
     elif kind in ("jacrev", "jacfwd"):
@@ -85,9 +92,10 @@ def split(joint, n_in, n_out):
     optimised: the forward part returns the outputs and what the backward
     reads."""
     from tracegrad.ir import adjoint, passes
-    fwd, bwd, n_residuals = adjoint.split(joint, n_in, n_out)
-    passes.optimize(fwd)
-    passes.optimize(bwd)
+    with captured.suspended():
+        fwd, bwd, n_residuals = adjoint.split(joint, n_in, n_out)
+        passes.optimize(fwd)
+        passes.optimize(bwd)
     return fwd, bwd, n_residuals
 
 
