@@ -652,9 +652,12 @@ def tree_unflatten(treedef, leaves):
     return rec(treedef)
 
 
-def leaf_paths(treedef, prefix):
-    """Readable identifier names for each leaf: w, params_0, params_bias."""
+def leaf_paths(treedef, prefix, index="{}_{}", field="{}_{}", key=None):
+    """Readable identifier names for each leaf: w, params_0, params_bias.
+    ``index``, ``field``: formats of (path, position or field name);
+    ``key(path, k)``: a dict entry's path (default ``path_k``)."""
     names = []
+    key = key or (lambda path, k: f"{path}_{k}")
 
     def rec(d, path):
         kind = d[0]
@@ -662,13 +665,13 @@ def leaf_paths(treedef, prefix):
             names.append(path)
         elif kind in ("tuple", "list"):
             for i, e in enumerate(d[1]):
-                rec(e, f"{path}_{i}")
+                rec(e, index.format(path, i))
         elif kind == "namedtuple":
             for f, e in zip(d[1]._fields, d[2]):
-                rec(e, f"{path}_{f}")
+                rec(e, field.format(path, f))
         elif kind == "dict":
             for k, e in zip(d[1], d[2]):
-                rec(e, f"{path}_{k}")
+                rec(e, key(path, k))
 
     rec(treedef, prefix)
     return names

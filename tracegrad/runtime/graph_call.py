@@ -87,24 +87,8 @@ def display_paths(treedef, prefix):
     """Each leaf's path as Python writes it, for messages: x, p['w'], xs[1],
     pair.bias (``leaf_paths`` gives the identifiers of the generated code).
     prefix None: a dict of keyword arguments, whose keys are the names."""
-    paths = []
-
-    def rec(d, path):
-        kind = d[0]
-        if kind == "leaf":
-            paths.append(path)
-        elif kind in ("tuple", "list"):
-            for i, e in enumerate(d[1]):
-                rec(e, f"{path}[{i}]")
-        elif kind == "namedtuple":
-            for f, e in zip(d[1]._fields, d[2]):
-                rec(e, f"{path}.{f}")
-        elif kind == "dict":
-            for k, e in zip(d[1], d[2]):
-                rec(e, str(k) if path is None else f"{path}[{k!r}]")
-
-    rec(treedef, prefix)
-    return paths
+    return leaf_paths(treedef, prefix, index="{}[{}]", field="{}.{}",
+                      key=lambda path, k: str(k) if path is None else f"{path}[{k!r}]")
 
 
 def describe_path(path, what="argument"):
