@@ -60,7 +60,14 @@ def test_float_of_a_zero_d_value_works_eagerly_and_says_what_to_do_when_traced()
     def f(x):
         scale = float(np.sum(x * x))             # a Python number: value-dependent
         return np.sum(x) * scale
-    g = tg.grad(f, compile=False)(X)
+    # eagerly, the number would silently cut the gradient (issue 24): refused
+    with pytest.raises(TypeError, match="float\\(\\) of a value being differentiated"):
+        tg.grad(f, compile=False)(X)
+
+    def f_detached(x):
+        scale = float(np.sum(x * x).detach())    # a constant, by request
+        return np.sum(x) * scale
+    g = tg.grad(f_detached, compile=False)(X)
     onp.testing.assert_allclose(g, onp.full(3, onp.sum(X * X)), rtol=1e-13)   # scale is a constant
     with pytest.raises(tg.TraceError, match="compile=False"):
         tg.grad(f)(X)

@@ -298,6 +298,10 @@ CASES += [
                           Const(np.array([[-1.0, 1.0], [2.0, 5.0]]))], {"side": "right"}),
     Case("searchsorted", [Const(np.array([0.0, 1.0, 1.0, 3.0])), Const(1.0)], {"side": "left"},
          id="searchsorted-scalar"),
+    # ldexp (the integer exponent has no gradient) and frexp's exponent (none)
+    Case("ldexp", [A(3, 4), Const(np.array([-2, 0, 3, 60]))]),
+    Case("ldexp", [A(3, 1), Const(np.array([[1], [-1], [4]]))], id="ldexp-broadcast"),
+    Case("frexp_exponent", [A(3, 4)]),
 ]
 
 # tracegrad/ops/special.py (tracegrad.scipy.special): gammaln, polygamma (n=0 is
@@ -406,6 +410,11 @@ TESTED_ELSEWHERE = {
     # and derivatives are checked against unrolled loops and finite
     # differences in tests/test_loops.py
     "cond", "scan", "while", "while_fwd", "while_bwd",
+    # complex operands or results (the cases here draw real values and
+    # difference real outputs): tests/test_numpy_fft.py checks each row's
+    # shape rule and NumPy emitter on complex values, and its vjp and jvp
+    # through real losses of real inputs against finite differences
+    "real", "imag", "conj", "complex_abs", "fft", "ifft", "rfft", "irfft",
 }
 
 

@@ -516,28 +516,41 @@ class Compiled:
         return trace, out_tree, avals, backend
 
     def _call_eager(self, args, kwargs):
-        """compile=False: fn runs on eager values that speak NumPy and record
-        the tape (the differentiated leaves; others stay as passed), so its
-        Python control flow may depend on values; the backward engine then
-        gives the derivatives, in the layout the compiled code returns."""
+        """compile=False: fn runs on eager values that record the tape (the
+        differentiated leaves; others stay as passed), speaking the face of
+        the argument they stand in for, so its Python control flow may depend
+        on values; the backward engine then gives the derivatives, in the
+        layout the compiled code returns.  Inside another transform that
+        records the tape (an eager or torch-style outer level, or a Tensor
+        argument that requires grad) the results stay on the tape, so the
+        outer level differentiates through them (grad of grad, hessian)."""
         from tracegrad.autograd import enable_grad
-        from tracegrad.eager.tensor import NumpyTensor
         leaves, ranges, kw_tree, statics, names = self._flatten(args, kwargs)
+        if any(type(x) is Tracer for x in leaves):
+            # an enclosing compiled transform traces this call: its values
+            # are symbols, so the function is traced with them (as compiled)
+            return self._call_inline(leaves, ranges, kw_tree, statics, names, len(args))
         wrt = self._wrt_leaves(ranges, len(args)) if self.kind != "forward" else []
         arrays = [leaf_array(x, functools.partial(self._where, j, ranges, kw_tree))[0]
                   for j, x in enumerate(leaves)]
         avals = [_leaf_aval(a) for a in arrays]
         self._check_wrt(self.kind, avals, wrt, names, ranges, kw_tree)
-        xs = {j: NumpyTensor(np.array(arrays[j]), requires_grad=True)
+        nested = _eager_nested(leaves)
+        xs = {j: _eager_start(leaves[j], arrays[j], nested)
               for _, lo, hi in wrt for j in range(lo, hi)}
         values = [xs.get(j, x) for j, x in enumerate(leaves)]
         a, kw = _rebuild_args(values, ranges, kw_tree, statics, len(args))
-        with enable_grad():
+        with enable_grad(), _EagerLevel():
             out = self.fn(*a, **kw)
         out_leaves, out_tree = tree_flatten(out)
+        _refuse_traced(out_leaves, f"tg.{self.kind} of {self.__name__} (compile=False)")
         self._check_out_tree(out_tree)
         entry = _Entry(None, out_tree, len(out_leaves), None, wrt, avals)
-        flat = _eager_derivatives(self.kind, out_leaves, [xs[j] for j in sorted(xs)])
+        flat = _eager_derivatives(self.kind, out_leaves, [xs[j] for j in sorted(xs)], nested)
+        if nested:
+            flat = _outer_only(flat, xs.values())
+        else:
+            flat = _wrap_like(leaves, flat)
         return self._run(entry, leaves, ranges, lambda *_: flat)
 
     def _forget_traces(self, changed):
@@ -767,25 +780,145 @@ def _plain(v):
     return v._data[()] if v._data.ndim == 0 else np.array(v._data)
 
 
-def _eager_derivatives(kind, outs, xs):
+# How many eager transforms (compile=False) are running their function now:
+# one called inside another keeps its results on the tape.
+_EAGER_DEPTH = [0]
+
+
+class _EagerLevel:
+    def __enter__(self):
+        _EAGER_DEPTH[0] += 1
+
+    def __exit__(self, *exc):
+        _EAGER_DEPTH[0] -= 1
+
+
+def _eager_nested(leaves):
+    """Is an eager transform called inside another computation that records
+    the tape (an eager transform's function, or on Tensors that require
+    grad)?  Then its results must stay on the tape, or the outer level's
+    derivative would silently miss their dependence."""
+    from tracegrad.eager.grad_mode import state
+    if not state.grad_enabled:
+        return False
+    return _EAGER_DEPTH[0] > 0 or any(getattr(x, "requires_grad", False) for x in leaves)
+
+
+def _outer_only(values, own):
+    """Results of a nested eager level, each kept on the tape only when its
+    gradient reaches something outside this level (a value of the enclosing
+    computation); one that depends only on this level's own fresh leaves
+    (``own``) is a constant there, and comes back detached (so converting it,
+    ``float(g)``, is no conversion of a value being differentiated)."""
+    from tracegrad.eager.graph import AccumulateGrad
+    own = {id(x) for x in own}
+    out = []
+    for v in values:
+        fn = getattr(v, "grad_fn", None)
+        if fn is None:
+            out.append(v.detach() if getattr(v, "requires_grad", False) and id(v) in own
+                       else v)
+            continue
+        seen, todo, outer = set(), [fn], False
+        while todo and not outer:
+            node = todo.pop()
+            if node is None or id(node) in seen:
+                continue
+            seen.add(id(node))
+            if isinstance(node, AccumulateGrad):
+                outer = id(node.variable) not in own
+            else:
+                todo.extend(n for n, _ in node.next_functions)
+        out.append(v if outer else v.detach())
+    return out
+
+
+def _refuse_traced(out_leaves, what):
+    """An eager transform's function computed with a value of an enclosing
+    compiled trace that it did not get as an argument (a closure variable):
+    the tape cannot differentiate through a symbol, and the enclosing trace
+    would lose that dependence."""
+    if any(type(o) is Tracer for o in out_leaves):
+        raise TypeError(
+            f"{what} is called inside a compiled transform (tg.grad, tg.compile...) and its "
+            f"function uses a value of that trace it does not get as an argument (a closure "
+            f"variable): the eager tape cannot differentiate a traced value, and the outer "
+            f"derivative would lose its dependence. Pass the value as an argument, or make "
+            f"the outer transform eager too (compile=False)")
+
+
+def _eager_start(x, a, nested):
+    """The eager value a differentiated leaf becomes: a fresh tape leaf of
+    the argument's face (a Tensor stays a torch-face Tensor, anything else
+    speaks NumPy), or, nested, a new node on top of the caller's value (so
+    the caller differentiates through this level too)."""
+    from tracegrad import ops
+    from tracegrad.eager.tensor import NumpyTensor, Tensor
+    if isinstance(x, Tensor):
+        if nested and x.requires_grad:
+            return ops.clone(x)
+        cls = NumpyTensor if isinstance(x, NumpyTensor) else Tensor
+        return cls(x._data.copy(), requires_grad=True)
+    return NumpyTensor(np.array(a), requires_grad=True)
+
+
+def _face_of(x, g):
+    """Gradient ``g`` (the engine gives torch-face Tensors) in the face of
+    the value ``x`` it is the gradient of, still on the tape."""
+    from tracegrad import ops
+    from tracegrad.eager.tensor import NumpyTensor, Tensor
+    cls = NumpyTensor if isinstance(x, NumpyTensor) else Tensor
+    if isinstance(g, Tensor) and type(g) is not cls:
+        return ops.add(cls(np.zeros((), g.dtype)), g)
+    return g
+
+
+def _zeros_like_leaf(x, shape, nested):
+    if nested:
+        return type(x)(np.zeros(shape, x.dtype))
+    return np.zeros(shape, x.dtype)
+
+
+def _wrap_like(leaves, flat):
+    """Results of a top-level eager call on Tensor arguments come back as
+    Tensors of their face (compiled calls on Tensors return Tensors too)."""
+    from tracegrad.eager.tensor import NumpyTensor, Tensor
+    faces = [type(x) for x in leaves if isinstance(x, Tensor)]
+    if not faces:
+        return flat
+    cls = Tensor if any(c is not NumpyTensor for c in faces) else NumpyTensor
+    return [cls(np.asarray(o)) if isinstance(o, (np.ndarray, np.generic)) else o for o in flat]
+
+
+def _eager_derivatives(kind, outs, xs, nested=False):
     """The flat outputs compiled code of ``kind`` returns, from an eager run:
-    outputs, then gradients / Jacobian blocks (output-major) / Hessian rows."""
+    outputs, then gradients / Jacobian blocks (output-major) / Hessian rows.
+    ``nested``: everything stays on the tape (derivatives with create_graph)."""
+    values = list(outs) if nested else [_plain(o) for o in outs]
     if kind == "forward":
-        return [_plain(o) for o in outs]
+        return values
 
     def jacobian_blocks(ys):
         blocks = []
         for y in ys:
-            shape = np.shape(_plain(y))
-            flat = y.reshape(-1) if hasattr(y, "grad_fn") else None
-            rows = [_eager_cotangents([flat[k]] if flat is not None else [], xs, [1.0])
+            tensor = hasattr(y, "grad_fn")
+            shape = tuple(y.shape) if tensor else np.shape(y)
+            flat = y.reshape(-1) if tensor and y.requires_grad else None
+            rows = [_eager_cotangents([flat[k]] if flat is not None else [], xs, [1.0],
+                                      create_graph=nested)
                     for k in range(int(np.prod(shape)))]
-            blocks += [np.array([r[i] for r in rows], dtype=x.dtype).reshape(shape + x.shape)
-                       for i, x in enumerate(xs)]
+            for i, x in enumerate(xs):
+                if not nested:
+                    blocks.append(np.array([r[i] for r in rows], dtype=x.dtype)
+                                  .reshape(shape + x.shape))
+                elif rows:
+                    blocks.append(np.stack([r[i] for r in rows]).reshape(shape + tuple(x.shape)))
+                else:
+                    blocks.append(_zeros_like_leaf(x, shape + tuple(x.shape), True))
         return blocks
 
     if kind in ("grad", "value_and_grad"):
-        return [_plain(o) for o in outs] + _eager_cotangents(outs[:1], xs, [1.0])
+        return values + _eager_cotangents(outs[:1], xs, [1.0], create_graph=nested)
     if kind in ("jacrev", "jacfwd"):
         return jacobian_blocks(outs)
     if kind == "hessian":
@@ -992,30 +1125,41 @@ def vjp(fn, *primals, has_aux=False, backend=None, static_argnums=(), static_arg
     if isinstance(fn, Compiled) and fn.kind == "forward":
         fn = fn.fn
     f, dyn, _ = _bind_statics(fn, primals, static_argnums, static_argnames, "vjp")
-    if not compile:
+    if not compile and not any(type(x) is Tracer for x in tree_flatten(dyn)[0]):
+        # (inside a compiled transform the primals are symbols: traced as compiled)
         return _eager_vjp(f, dyn, has_aux)
     return graph_call.vjp(f, dyn, has_aux, backend)
 
 
 def _eager_run(f, primals):
-    """f on NumPy-face eager values of the primals' leaves that record the
-    tape: (those values, output leaves, output tree)."""
+    """f on eager values of the primals' leaves that record the tape (of
+    the primal's face: a Tensor gives a torch-face Tensor, anything else
+    NumPy's): (those values, input tree, output, nested)."""
     from tracegrad.autograd import enable_grad
-    from tracegrad.eager.tensor import NumpyTensor
+    from tracegrad.eager.tensor import Tensor
     leaves, tree = tree_flatten(tuple(primals))
     paths = display_paths(tree, "primals")
     name = getattr(f, "__qualname__", "f")
+    nested = _eager_nested(leaves)
     xs = []
     for x, path in zip(leaves, paths):
         a = leaf_array(x, lambda: f"{name} (compile=False): {path}")[0]
-        xs.append(NumpyTensor(np.array(a), requires_grad=a.dtype.kind in "fc"))
-    with enable_grad():
+        if a.dtype.kind in "fc":
+            xs.append(_eager_start(x, a, nested))
+        elif isinstance(x, Tensor):
+            xs.append(x.detach())
+        else:
+            from tracegrad.eager.tensor import NumpyTensor
+            xs.append(NumpyTensor(np.array(a)))
+    with enable_grad(), _EagerLevel():
         out = f(*tree_unflatten(tree, xs))
-    return xs, tree, out
+    _refuse_traced(tree_flatten(out)[0], f"{name} (compile=False)")
+    return xs, tree, out, nested
 
 
 def _eager_cotangents(outs, xs, cts, create_graph=False):
-    """J^T ct for the output leaves ``outs`` (zeros where no path)."""
+    """J^T ct for the output leaves ``outs`` (zeros where no path).
+    create_graph: the results stay on the tape, each in its leaf's face."""
     from tracegrad import autograd
     from tracegrad.eager.tensor import NumpyTensor
     pairs = [(o, c if hasattr(c, "grad_fn") else
@@ -1027,12 +1171,14 @@ def _eager_cotangents(outs, xs, cts, create_graph=False):
         gs = autograd.grad([o for o, _ in pairs], wrt, [c for _, c in pairs], retain_graph=True,
                            allow_unused=True, create_graph=create_graph)
         found = {id(x): g for x, g in zip(wrt, gs) if g is not None}
-    return [found[id(x)] if create_graph and id(x) in found else
-            _plain(found[id(x)]) if id(x) in found else np.zeros(x.shape, x.dtype) for x in xs]
+    if create_graph:
+        return [_face_of(x, found[id(x)]) if id(x) in found else
+                _zeros_like_leaf(x, x.shape, True) for x in xs]
+    return [_plain(found[id(x)]) if id(x) in found else np.zeros(x.shape, x.dtype) for x in xs]
 
 
 def _eager_vjp(f, primals, has_aux):
-    xs, in_tree, out = _eager_run(f, primals)
+    xs, in_tree, out, nested = _eager_run(f, primals)
     if has_aux:
         out, aux = out
     out_leaves, out_tree = tree_flatten(out)
@@ -1042,8 +1188,15 @@ def _eager_vjp(f, primals, has_aux):
         if ct_tree != out_tree:
             raise ValueError(f"vjp_fn expects cotangents shaped like the function's output "
                              f"({len(out_leaves)} arrays), got {len(ct_leaves)}")
-        return tuple(tree_unflatten(in_tree, _eager_cotangents(out_leaves, xs, ct_leaves)))
+        deep = nested or _eager_nested(ct_leaves)
+        cts = _eager_cotangents(out_leaves, xs, ct_leaves, create_graph=deep)
+        if deep:
+            cts = _outer_only(cts, xs)
+        return tuple(tree_unflatten(in_tree, cts))
 
+    if nested:
+        out = tree_unflatten(out_tree, _outer_only(out_leaves, xs))
+        return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
     plain = tree_unflatten(out_tree, [_plain(o) for o in out_leaves])
     if has_aux:
         return plain, vjp_fn, _plain_tree(aux)
@@ -1060,24 +1213,33 @@ def _eager_jvp(f, primals, tangents):
     u enters J^T u linearly, so d/du <J^T u, t> = J t)."""
     from tracegrad import autograd
     from tracegrad.eager.tensor import NumpyTensor
-    xs, in_tree, out = _eager_run(f, primals)
+    xs, in_tree, out, nested = _eager_run(f, primals)
     out_leaves, out_tree = tree_flatten(out)
     t_leaves, t_tree = tree_flatten(tuple(tangents))
     if t_tree != in_tree:
         raise ValueError("jvp: tangents must have the same structure as primals")
+    nested = nested or _eager_nested(t_leaves)
     us = [NumpyTensor(np.zeros(np.shape(_plain(o)), np.asarray(_plain(o)).dtype),
                       requires_grad=True) for o in out_leaves]
     gs = _eager_cotangents(out_leaves, xs, us, create_graph=True)
     total = None
     for g, t in zip(gs, t_leaves):
         if getattr(g, "requires_grad", False):
-            term = (g * np.asarray(t, dtype=g.dtype)).sum()
+            t = t if hasattr(t, "grad_fn") else np.asarray(t, dtype=g.dtype)
+            term = (g * t).sum()
             total = term if total is None else total + term
     if total is None:
-        tans = [np.zeros(np.shape(_plain(o)), np.asarray(_plain(o)).dtype) for o in out_leaves]
+        tans = [_zeros_like_leaf(u, u.shape, nested) for u in us]
+    elif nested:
+        jt = autograd.grad(total, us, allow_unused=True, create_graph=True)
+        tans = [_zeros_like_leaf(u, u.shape, True) if j is None else _face_of(u, j)
+                for j, u in zip(jt, us)]
     else:
         jt = autograd.grad(total, us, allow_unused=True)
         tans = [np.zeros(u.shape, u.dtype) if j is None else _plain(j) for j, u in zip(jt, us)]
+    if nested:
+        return (tree_unflatten(out_tree, _outer_only(out_leaves, xs)),
+                tree_unflatten(out_tree, _outer_only(tans, list(xs) + us)))
     return (tree_unflatten(out_tree, [_plain(o) for o in out_leaves]),
             tree_unflatten(out_tree, tans))
 
@@ -1095,6 +1257,7 @@ def jvp(fn, primals, tangents, *, backend=None, static_argnums=(), static_argnam
                             f"with one entry per argument of f, got a {type(v).__name__}; "
                             f"for one argument write tg.jvp(f, (x,), (t,))")
     f, dyn, _ = _bind_statics(fn, tuple(primals), static_argnums, static_argnames, "jvp")
-    if not compile:
+    if not compile and not any(type(x) is Tracer for x in tree_flatten((dyn, tangents))[0]):
+        # (inside a compiled transform the primals are symbols: traced as compiled)
         return _eager_jvp(f, dyn, tangents)
     return graph_call.jvp(f, dyn, tangents, backend)

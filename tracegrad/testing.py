@@ -286,7 +286,7 @@ logical_or logical_xor matmul max maximum mean min minimum mod moveaxis multiply
 negative nonzero not_equal ones ones_like outer pad power prod rad2deg radians ravel
 reciprocal remainder repeat reshape result_type rint roll round sign sin sinc sinh sort split sqrt
 square squeeze stack subtract sum swapaxes take tan tanh tensordot tile transpose trunc copyto
-true_divide var std where zeros zeros_like
+true_divide var std where zeros zeros_like frexp ldexp real imag conj conjugate
 """.split())
 CUPY_CONSTANTS = frozenset("""
 float16 float32 float64 int8 int16 int32 int64 uint8 uint16 uint32 uint64 bool_ complex64
@@ -358,6 +358,9 @@ def fake_cupy():
     mod.array = array
     mod.asnumpy = asnumpy
     mod.get_array_module = get_array_module
+    # cupy.fft: the 1-D transforms the registry's fft rows call
+    mod.fft = types.SimpleNamespace(**{n: _wrapped(getattr(np.fft, n))
+                                       for n in ("fft", "ifft", "rfft", "irfft")})
     runtime = types.SimpleNamespace(deviceSynchronize=lambda: None,
                                     getDeviceCount=lambda: 1)
     mod.cuda = types.SimpleNamespace(Device=_Device, runtime=runtime,

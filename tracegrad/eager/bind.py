@@ -6,6 +6,8 @@ being traced (``primitives.bind``).
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from tracegrad.eager.device import _ndarray
@@ -16,6 +18,11 @@ from tracegrad.ops.indexing import build_index
 from tracegrad.eager.grad_mode import state as _mode
 from tracegrad.eager.profiler_state import _state as _prof_state
 
+# id(base) -> weak references to the views taken of it (with a chain): an
+# in-place update of the base or of one view gives the others new histories
+LIVE_VIEWS = {}
+
+
 def _view_chain(src, prim, attrs, rest):
     """(base, chain) of a view op's output: the chain of (prim, attrs, other
     operands) that makes the view from its base."""
@@ -24,6 +31,23 @@ def _view_chain(src, prim, attrs, rest):
         # a view of a multi-output view stays one (chain unknown: no in-place)
         return src._base, None if chain is None else chain + ((prim, attrs, rest),)
     return src, ((prim, attrs, rest),)
+
+
+def note_view(view):
+    """Remember a view of its base (tracegrad.eager.torch_methods refreshes
+    the histories of a base's other views after an in-place update)."""
+    if view._view_fn is None:
+        return
+    entry = LIVE_VIEWS.get(id(view._base))
+    if entry is None or entry[0]() is not view._base:
+        entry = LIVE_VIEWS[id(view._base)] = (weakref.ref(view._base), [])
+        if len(LIVE_VIEWS) > 4096:      # forget bases that are gone
+            for k in [k for k, e in LIVE_VIEWS.items() if e[0]() is None]:
+                del LIVE_VIEWS[k]
+    refs = entry[1]
+    if len(refs) > 64:
+        refs[:] = [r for r in refs if r() is not None]
+    refs.append(weakref.ref(view))
 
 
 # Rows whose NumPy result is a view of the operand but whose torch result is
@@ -131,6 +155,7 @@ def eager_bind(prim, args, attrs):
                     t = Tensor(out, track, PrimNode(prim, attrs, args, out, tuple(edges), vbox)
                                if track else None, 0, vbox)
                     t._base, t._view_fn = _view_chain(src, prim, attrs, args[1:])
+                    note_view(t)
                     return t
             if track:
                 vbox = [0]
@@ -197,6 +222,7 @@ def eager_bind(prim, args, attrs):
                 vbox = src._vbox
                 t = cls(out, False, None, 0, vbox)
                 t._base, t._view_fn = _view_chain(src, prim, attrs, tuple(args[1:]))
+                note_view(t)
                 if track and out.dtype.kind in "fc":
                     t.grad_fn = PrimNode(prim, attrs, args, out, _edges(args), vbox)
                     t._requires_grad = True

@@ -11,6 +11,7 @@ Operators and the methods both dialects share come from the op layer
 """
 from __future__ import annotations
 
+import sys
 import weakref
 
 import numpy as np
@@ -19,7 +20,8 @@ from tracegrad.eager.device import _CPU, _Defaults, _device_of, _ndarray, _to_ho
 from tracegrad.eager import graph as _graph
 from tracegrad.eager.graph import AccumulateGrad
 from tracegrad.ops._define import ArrayMethods
-from tracegrad.ops.base import astype as ops_astype, resolve_dtype as _resolve_dtype
+from tracegrad.ops.base import (astype as ops_astype, clone as _ops_clone,
+                                resolve_dtype as _resolve_dtype)
 
 class _FW:
     """The open forward-AD level (tracegrad.eager.forward_ad), global as
@@ -352,17 +354,103 @@ class NumpyTensor(Tensor):
     (so NumPy code whose control flow depends on values can be
     differentiated: ``tg.grad(f, compile=False)``), while every name whose
     meaning differs between the dialects (``x.std()``, ``x.max(axis)``,
-    ``x.size``) means what it means on an ndarray.  Results keep the face."""
+    ``x.size``) means what it means on an ndarray.  Results keep the face.
+
+    Converting a value that depends on a differentiated input (one that
+    requires grad) to a Python number or a plain array (``float(x)``,
+    ``x.item()``, ``np.asarray(x)`` in code tracegrad cannot see, a store
+    into a plain ndarray) would cut it off from the gradient, so it raises
+    a ConversionError naming the line -- unless the result only decides
+    control flow (``if float(x) > 0.5:``, ``while x.item() > tol:``)."""
     __slots__ = ()
     _face = "numpy"
 
     def __array__(self, dtype=None, copy=None):
         if self._requires_grad:
-            raise TypeError(
-                "conversion of a value being differentiated to a NumPy array (np.asarray, "
-                "np.array, float indexing): the result would be cut off from the gradient. "
-                "Drop the conversion, a tracegrad value already acts as an array.")
-        return super().__array__(dtype, copy)
+            _refuse_conversion(self, "conversion to a NumPy array (np.asarray, np.array, or "
+                               "a library converting its input)", sys._getframe(1))
+        a = _to_host(self._data)
+        if dtype is not None and np.dtype(dtype) != a.dtype:
+            return a.astype(dtype)
+        return a.copy() if copy else a
+
+    def __float__(self):
+        if self._requires_grad:
+            _refuse_conversion(self, "float()", sys._getframe(1))
+        return float(_to_host(self._data))
+
+    def __int__(self):
+        if self._requires_grad:
+            _refuse_conversion(self, "int()", sys._getframe(1))
+        return int(_to_host(self._data))
+
+    def __complex__(self):
+        if self._requires_grad:
+            _refuse_conversion(self, "complex()", sys._getframe(1))
+        return complex(_to_host(self._data))
+
+    def __index__(self):
+        return _to_host(self._data).__index__()
+
+    def __bool__(self):
+        # a truth value carries no derivative: always allowed (NumPy's meaning)
+        return bool(_to_host(self._data))
+
+    def __format__(self, spec):
+        return format(_to_host(self._data), spec)   # text carries no derivative
+
+    def __iter__(self):
+        if not self.shape:
+            raise TypeError("iteration over a 0-d array")
+        return (self[i] for i in range(self.shape[0]))
+
+    def __copy__(self):
+        """copy.copy(x): a copy of the values, as of an ndarray, still on the
+        tape (a fresh leaf would silently cut the gradient)."""
+        return _ops_clone(self)
+
+    def __deepcopy__(self, memo):
+        out = _ops_clone(self)
+        memo[id(self)] = out
+        return out
+
+    def __contains__(self, value):
+        """``v in x``: (x == v).any(), as on an ndarray."""
+        return bool(_to_host((self == value).any()._data))
+
+    def __divmod__(self, other):
+        return np.divmod(self, other)
+
+    def __rdivmod__(self, other):
+        return np.divmod(other, self)
+
+    def __array_namespace__(self, *, api_version=None):
+        return np
+
+    def item(self, *args):
+        """ndarray.item: the element as a Python number (NumPy's meaning,
+        ``x.item(i)`` included)."""
+        if self._requires_grad:
+            _refuse_conversion(self, ".item()", sys._getframe(1))
+        return _to_host(self._data).item(*args)
+
+    def tolist(self):
+        if self._requires_grad:
+            _refuse_conversion(self, ".tolist()", sys._getframe(1))
+        return _to_host(self._data).tolist()
+
+    def tobytes(self, order="C"):
+        if self._requires_grad:
+            _refuse_conversion(self, ".tobytes()", sys._getframe(1))
+        return _to_host(self._data).tobytes(order)
+
+    def detach(self):
+        """The value outside the graph, still speaking NumPy."""
+        return NumpyTensor(self._data, False, None, 0, self._vbox)
+
+    @property
+    def data(self):
+        return NumpyTensor(self._data)
 
     def __repr__(self):
         return "NumPy-face " + super().__repr__()
@@ -370,10 +458,157 @@ class NumpyTensor(Tensor):
     def _copy(self):
         return self.clone()
 
-    def astype(self, dtype, copy=True):
-        if not copy and _resolve_dtype(dtype) == self.dtype:
+    def astype(self, dtype, order="K", casting="unsafe", subok=True, copy=True):
+        if order not in ("K", "A", "C", "F"):
+            raise ValueError(f"order must be one of 'C', 'F', 'A', or 'K' (got {order!r})")
+        dt = _resolve_dtype(dtype)
+        if casting != "unsafe" and not np.can_cast(self.dtype, dt, casting):
+            raise TypeError(f"Cannot cast array data from {self.dtype!r} to {np.dtype(dt)!r} "
+                            f"according to the rule {casting!r}")
+        if not copy and dt == self.dtype:
             return self
         return ops_astype(self, dtype)
+
+
+class ConversionError(TypeError):
+    """A value being differentiated was converted to a Python number or a
+    plain array, which would silently cut it off from the gradient."""
+
+
+# Instructions a conversion's result may pass on its way to a comparison or
+# a conditional jump and still only decide control flow.
+_LOADS = frozenset({"LOAD_CONST", "LOAD_FAST", "LOAD_NAME", "LOAD_GLOBAL", "LOAD_DEREF",
+                    "LOAD_CLOSURE", "LOAD_FAST_CHECK", "LOAD_FAST_LOAD_FAST", "NOP",
+                    "EXTENDED_ARG", "CACHE", "TO_BOOL"})
+_CALLS = frozenset({"CALL", "PRECALL", "CALL_FUNCTION", "CALL_METHOD", "CALL_FUNCTION_EX",
+                    "CALL_KW", "CALL_FUNCTION_KW"})
+_CONTROL_CODES = {}
+
+
+def _instruction_at(instrs, lasti):
+    """Index of the instruction executing at ``lasti`` (a call into Python
+    code leaves f_lasti on the call's last inline cache entry)."""
+    at = None
+    for i, ins in enumerate(instrs):
+        if ins.offset > lasti:
+            break
+        at = i
+    return at
+
+
+def _instructions(code):
+    import dis
+    instrs = _CONTROL_CODES.get(code)
+    if instrs is None:
+        if len(_CONTROL_CODES) > 256:
+            _CONTROL_CODES.clear()
+        instrs = _CONTROL_CODES[code] = list(dis.get_instructions(code))
+    return instrs
+
+
+def _storing_into_subscript(frame):
+    """Is ``frame`` storing into a subscript (``y[i] = value``) right now?"""
+    if frame is None or frame.f_lasti < 0:
+        return False
+    instrs = _instructions(frame.f_code)
+    at = _instruction_at(instrs, frame.f_lasti)
+    return at is not None and instrs[at].opname == "STORE_SUBSCR"
+
+
+def _only_decides_control_flow(frame):
+    """Does the call ``frame`` is executing feed its result only to a
+    comparison or a conditional jump (``if float(x) > 0.5:``)?  Read
+    conservatively from the bytecode: after the call only constants and
+    names may be loaded before a COMPARE_OP or a POP_JUMP_IF_*."""
+    if frame is None or frame.f_lasti < 0:
+        return False
+    instrs = _instructions(frame.f_code)
+    at = _instruction_at(instrs, frame.f_lasti)
+    if at is None or instrs[at].opname not in _CALLS:
+        return False   # a store (y[i] = x), an operator...: the value flows on
+    for ins in instrs[at + 1:]:
+        if ins.opname == "COMPARE_OP" or ins.opname.startswith("POP_JUMP"):
+            return True
+        if ins.opname not in _LOADS:
+            return False
+    return False
+
+
+def _location(frame):
+    """(where, source line) of the conversion: the innermost frame outside
+    tracegrad, and the caller's line when that frame is in a library."""
+    import linecache
+    import os
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    f = frame
+    while f is not None and f.f_code.co_filename.startswith(pkg):
+        f = f.f_back
+    if f is None:
+        return "an unknown place", ""
+
+    def describe(g):
+        src = linecache.getline(g.f_code.co_filename, g.f_lineno).strip()
+        return f"{g.f_code.co_filename}, line {g.f_lineno}, in {g.f_code.co_name}", src
+
+    where, src = describe(f)
+    lib = f
+    while lib is not None and ("site-packages" in lib.f_code.co_filename
+                               or "<frozen" in lib.f_code.co_filename
+                               or lib.f_code.co_filename.startswith(pkg)):
+        lib = lib.f_back
+    if lib is not None and lib is not f:
+        uwhere, usrc = describe(lib)
+        where = f"{where} (inside a library called from {uwhere}" + \
+            (f": {usrc})" if usrc else ")")
+    return where, src
+
+
+def _reaches_a_leaf(t):
+    """Does a gradient of ``t`` reach an input (other than through
+    tg.stop_gradient, whose results record a node of zero derivative)?"""
+    fn = t.grad_fn
+    if fn is None:
+        return t._requires_grad
+    seen, todo = set(), [fn]
+    while todo:
+        node = todo.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, AccumulateGrad):
+            return True
+        if node.name().startswith("StopGradient"):
+            continue
+        todo.extend(n for n, _ in node.next_functions)
+    return False
+
+
+def _refuse_conversion(t, what, frame):
+    """Raise for a conversion of ``t`` (which requires grad) unless its
+    result only decides control flow at ``frame``."""
+    if _only_decides_control_flow(frame):
+        return
+    if not _reaches_a_leaf(t):
+        return   # every path back goes through tg.stop_gradient: no gradient wanted
+    where, src = _location(frame)
+    if _storing_into_subscript(frame):
+        what = "item assignment into a plain NumPy array (y[...] = value)"
+        fix = ("Build the array from the values instead (np.stack([...]), np.array of "
+               "values is a conversion too), or store into an array tracegrad tracks: one "
+               "created from the function's values (np.zeros_like(x)), ")
+    else:
+        fix = ("Use the value itself (a tracegrad value already acts as an array and as a "
+               "number in arithmetic, np.* functions and comparisons: write "
+               "`if x > 0.5:` rather than `if float(x) > 0.5:` in an expression), ")
+    raise ConversionError(
+        f"{what} of a value being differentiated at {where}"
+        + (f":\n    {src}\n" if src else ". ")
+        + f"The value ({t.dtype}{list(t.shape)}) depends on a differentiated input; the "
+        f"result would be a plain number or array cut off from the gradient, so the "
+        f"derivative would silently miss this dependence. {fix}or convert a value that "
+        f"needs no gradient: x.detach() or tg.stop_gradient(x). (A conversion whose result "
+        f"only decides control flow, `if float(x) > 0.5:` or `while x.item() > tol:`, "
+        f"is allowed.)")
 
 
 def is_tensor(x):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from tracegrad.eager.device import _ndarray, device
+from tracegrad.eager.bind import LIVE_VIEWS
 from tracegrad.eager.tensor import _FW, Tensor, _edge_of, _tangent
 from tracegrad.ops import primitives
 from tracegrad.eager.grad_mode import state as _mode
@@ -158,7 +159,25 @@ class TorchMethods:
             self._rebase_view(res)
         else:
             self._set_history(res.grad_fn, res._output_nr, res._requires_grad)
+        self._refresh_other_views()
         return self
+
+    def _refresh_other_views(self):
+        """The base's other views read the updated memory: their histories
+        become their view chains replayed on the base's new history (as
+        torch regenerates a view's grad_fn after its base changed)."""
+        base = self._base if self._base is not None else self
+        entry = LIVE_VIEWS.get(id(base))
+        if entry is None or entry[0]() is not base:
+            return
+        for ref in entry[1]:
+            v = ref()
+            if v is None or v is self or v._view_fn is None:
+                continue
+            r = base
+            for prim, attrs, rest in v._view_fn:
+                r = primitives.bind(prim, r, *rest, **attrs)
+            v._set_history(r.grad_fn, r._output_nr, r._requires_grad)
 
     def _inplace_dual(self, fn, args):
         """An in-place op inside a forward-AD level with a tangent among its

@@ -86,6 +86,8 @@ def view(x, dtype=None, type=None):
 @face_method(FACE, "sort")
 def sort(x, axis=-1, kind=None, order=None, *, stable=None):
     """ndarray.sort: sorts in place (every name bound to x sees it), None."""
+    if axis is None:   # NumPy's method sorts along one axis only
+        raise TypeError("'NoneType' object cannot be interpreted as an integer")
     # sorted from a copy: the update must not overwrite what sort's backward reads
     x._assign(shape.sort(ops.clone(x), axis, kind, order, stable=stable), "x.sort() (in place)",
               "x = np.sort(x)")
@@ -100,3 +102,139 @@ for _name, _advice in {
     "cross": "ndarrays have no cross method; write np.cross(a, b, axis=-1)",
 }.items():
     face_advice(FACE, _name, _advice)
+
+
+# --- the rest of the ndarray surface (issue 24, item 3) ----------------------------------
+
+@face_method(FACE, "copy")
+def copy(x, order="K"):
+    """ndarray.copy: a new array of the same values."""
+    return ops.clone(x)
+
+
+@face_method(FACE, "searchsorted")
+def searchsorted(x, v, side="left", sorter=None):
+    return np.searchsorted(x, v, side=side, sorter=sorter)
+
+
+@face_method(FACE, "argpartition")
+def argpartition(x, kth, axis=-1, kind="introselect", order=None):
+    return np.argpartition(x, kth, axis=axis, kind=kind, order=order)
+
+
+@face_method(FACE, "partition")
+def partition(x, kth, axis=-1, kind="introselect", order=None):
+    """ndarray.partition: partitions in place (every name bound to x sees
+    it), returns None."""
+    x._assign(np.partition(ops.clone(x), kth, axis=axis, kind=kind, order=order),
+              "x.partition(kth) (in place)", "x = np.partition(x, kth)")
+
+
+def _concrete(v, what, instead):
+    """The values of ``v`` as a plain array: a NumPy array or a value that
+    does not depend on a differentiated or traced input."""
+    if isinstance(v, (np.ndarray, np.generic, list, tuple, bool, int)):
+        return np.asarray(v)
+    if getattr(v, "_face", None) is not None and hasattr(v, "_data") and \
+            not getattr(v, "requires_grad", False):
+        return np.asarray(v._data)
+    raise TypeError(f"{what} needs the values of its argument, and here they are traced "
+                    f"or differentiated; {instead}")
+
+
+@face_method(FACE, "compress")
+def compress(x, condition, axis=None, out=None):
+    """ndarray.compress: the slices along ``axis`` (of the flattened array
+    when None) where ``condition`` is true."""
+    if out is not None:
+        raise TypeError("x.compress(..., out=...) writes into an array tracegrad does not "
+                        "track; use the result: y = x.compress(condition, axis)")
+    cond = _concrete(condition, "x.compress(condition) (the result's shape depends on them)",
+                     "pass the condition as a NumPy array (an argument not differentiated, "
+                     "or static), or write np.where(condition, x, 0) to keep the shape")
+    if cond.ndim != 1:
+        raise ValueError("condition must be a 1-d array")
+    idx = np.flatnonzero(cond)
+    if axis is None:
+        return ops.take(ops.reshape(x, (-1,)), idx, axis=0)
+    return ops.take(x, idx, axis=axis)
+
+
+@face_method(FACE, "choose")
+def choose(x, choices, out=None, mode="raise"):
+    """ndarray.choose: ``choices[x[i]][i]`` elementwise (x the index array)."""
+    if out is not None:
+        raise TypeError("x.choose(..., out=...) writes into an array tracegrad does not "
+                        "track; use the result: y = x.choose(choices)")
+    if mode not in ("raise", "wrap", "clip"):
+        raise ValueError(f"clipmode must be one of 'clip', 'raise', or 'wrap' (got {mode!r})")
+    if np.dtype(x.dtype).kind not in "iub":
+        raise TypeError(f"Cannot cast array data from dtype('{x.dtype}') to dtype('int64') "
+                        f"according to the rule 'safe'")
+    n = len(choices)
+    if mode == "raise":
+        idx = _concrete(x, "x.choose(choices) (mode='raise')",
+                        "write x.choose(choices, mode='clip') or mode='wrap', whose results "
+                        "do not depend on checking the indices")
+        if idx.size and (idx.min() < 0 or idx.max() >= n):
+            raise ValueError("invalid entry in choice array")
+    elif mode == "wrap":
+        x = np.mod(x, n)
+    else:
+        x = np.clip(x, 0, n - 1)
+    arrays = np.broadcast_arrays(x, *choices)
+    stacked = np.stack(arrays[1:])
+    return np.take_along_axis(stacked, np.expand_dims(arrays[0], 0), axis=0)[0]
+
+
+@face_method(FACE, "to_device")
+def to_device(x, device, /, *, stream=None):
+    if stream is not None:
+        raise ValueError("The stream argument in to_device() is not supported")
+    if device != "cpu":
+        raise ValueError(f"Unsupported device {device!r}. Only 'cpu' is accepted.")
+    return x
+
+
+for _name, _advice in {
+    "strides": "tracegrad does not reproduce NumPy's memory layout; for a C-contiguous array "
+               "the strides follow from x.shape and x.itemsize",
+    "base": "tracegrad does not track which array owns the memory; drop the check",
+    "flags": "tracegrad does not reproduce NumPy's memory layout or flags; drop the check",
+    "ctypes": "a tracegrad value has no C pointer; drop it, or convert a value not "
+              "differentiated: np.asarray(x.detach())",
+    "setflags": "tracegrad values have no flags to set; drop the call",
+    "byteswap": "byte order is not differentiable; convert a value not differentiated: "
+                "np.asarray(x.detach()).byteswap()",
+    "getfield": "reinterpreting bytes is not differentiable; use x.astype(dtype) or the "
+                "value itself",
+    "setfield": "reinterpreting bytes is not differentiable; build the new array with "
+                "np.where or arithmetic",
+    "dump": "pickling is outside the differentiated code: save np.asarray(x.detach()) "
+            "after the call",
+    "dumps": "pickling is outside the differentiated code: use np.asarray(x.detach()) "
+             "after the call",
+    "tofile": "writing files is outside the differentiated code: save the function's "
+              "result after the call",
+    "tobytes": "bytes are not differentiable and a traced value has no bytes; return the "
+               "value and call .tobytes() on the result",
+    "data": "x.data is an ndarray's raw memory buffer, which a traced value does not have; "
+            "use x itself (x.detach() or tg.stop_gradient(x) for a value without gradient)",
+}.items():
+    face_advice(FACE, _name, _advice)
+
+
+@face_method(FACE, "__divmod__")
+def _divmod(x, other):
+    return np.divmod(x, other)
+
+
+@face_method(FACE, "__rdivmod__")
+def _rdivmod(x, other):
+    return np.divmod(other, x)
+
+
+face_advice("torch", "__divmod__", "Tensors have no divmod; write (torch.div(a, b, "
+            "rounding_mode='floor'), torch.remainder(a, b))")
+face_advice("torch", "__rdivmod__", "Tensors have no divmod; write (torch.div(a, b, "
+            "rounding_mode='floor'), torch.remainder(a, b))")

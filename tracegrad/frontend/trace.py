@@ -21,7 +21,7 @@ import weakref
 
 import numpy as np
 
-from tracegrad.frontend import captured as _captured, loop_rewrite
+from tracegrad.frontend import captured as _captured, created, loop_rewrite
 from tracegrad.ops import primitives
 from tracegrad.ops._define import ArrayMethods
 from tracegrad.ops.primitives import Aval
@@ -55,6 +55,61 @@ def _user_frame():
     return None
 
 
+def _user_frame_object():
+    f = sys._getframe(2)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not (fn.startswith(_PKG_DIR) or "<frozen" in fn or fn.startswith("<__array_function")):
+            return f
+        f = f.f_back
+    return None
+
+
+def _writing_into_array():
+    """Is the user's code storing into a subscript (``y[i] = value``) right
+    now?  NumPy converts the value when ``y`` is a plain ndarray."""
+    import dis
+    f = _user_frame_object()
+    if f is None or f.f_lasti < 0:
+        return False
+    code = f.f_code.co_code
+    return code[f.f_lasti] == dis.opmap["STORE_SUBSCR"]
+
+
+_FOREIGN_WRITE = (
+    "item assignment into a plain NumPy array (y[...] = value, where y is an array tracegrad "
+    "does not track: one the caller passed without it being traced, a global, or a copy "
+    "made with ndarray.copy() of one) requested; NumPy would convert the traced value and "
+    "lose it. Create the array inside the function with np.zeros/np.ones/np.empty/np.full "
+    "(or np.zeros_like...), or make a tracked copy first with y = np.copy(y)")
+
+
+def foreign_write_error(e):
+    """NumPy's "setting an array element with a sequence" ValueError, raised
+    where the user's code stores a tracegrad value into a plain ndarray
+    (NumPy swallows the value's own error there): the TraceError that says
+    what happened and what to write, or None for any other error."""
+    import dis
+    if not isinstance(e, ValueError) or "setting an array element with a sequence" not in str(e):
+        return None
+    tb, last = e.__traceback__, None
+    while tb is not None:
+        fn = tb.tb_frame.f_code.co_filename
+        if not (fn.startswith(_PKG_DIR) or "<frozen" in fn):
+            last = tb
+        tb = tb.tb_next
+    if last is None or last.tb_lasti < 0 or \
+            last.tb_frame.f_code.co_code[last.tb_lasti] != dis.opmap["STORE_SUBSCR"]:
+        return None
+    code = last.tb_frame.f_code
+    loc = (code.co_filename, last.tb_lineno, code.co_name)
+    src = _source_line(loc)
+    return TraceError(f"item assignment of a traced value into a plain NumPy array at "
+                      f"{loc[0]}, line {loc[1]}, in {loc[2]}" + (f":\n    {src}\n" if src else ". ")
+                      + "(" + _FOREIGN_WRITE.split("(", 1)[1].replace(" requested;", ";")
+                      + ", or compute the new array functionally with tg.setitem.")
+
+
 def _source_line(loc):
     if not loc:
         return ""
@@ -81,14 +136,48 @@ class Tracer(ArrayMethods):
     """A symbolic array inside a trace.  Its face ("numpy" or "torch") is the
     dialect of the argument it stands for, or of the first traced operand
     of the op that made it; names whose meaning differs follow it."""
-    __slots__ = ("_trace", "id", "shape", "dtype", "_face", "__weakref__")
+    __slots__ = ("_trace", "_id", "shape", "dtype", "_face", "_view", "_vbox", "__weakref__")
 
     def __init__(self, trace, id, aval, face="numpy"):
         self._trace = trace
-        self.id = id
+        self._id = id
         self.shape = aval.shape
         self.dtype = aval.dtype
         self._face = face
+        # NumPy's aliasing, functionalized: a view (x[1:], x.T, x.reshape)
+        # keeps (base, the ops from base to it, the base's version it last
+        # read); a write through it rewrites the base, and a view whose base
+        # was written since is recomputed from the base when next read.
+        self._view = None
+        self._vbox = None    # [version]: a base that views were taken of
+
+    @property
+    def id(self):
+        """The node this value is now (a stale view is first replayed)."""
+        v = self._view
+        if v is not None and v[2] != v[0]._vbox[0]:
+            self._replay()
+        return self._id
+
+    @id.setter
+    def id(self, nid):
+        self._id = nid
+        if self._vbox is not None:   # the views taken of it read the new value
+            self._vbox[0] += 1
+
+    def _replay(self):
+        base, chain, _ = self._view
+        cur = base
+        for prim, extra, attrs in chain:
+            cur = self._trace.bind(prim, (cur, *extra), attrs)
+        self._id = cur._id
+        self._view = (base, chain, base._vbox[0])
+
+    def known_value(self):
+        """The value of a traced array that is a constant (an array the
+        function created and wrote only constants into), else None."""
+        n = self._trace.nodes[self.id]
+        return n.value if n.op == "const" else None
 
     @property
     def aval(self):
@@ -137,16 +226,30 @@ class Tracer(ArrayMethods):
             f"or differentiate without compiling: tg.grad(f, compile=False) runs f eagerly "
             f"on values that record the tape, so its control flow may depend on values.")
 
+    def _known(self, what):
+        """The value of a constant array for a conversion ``what``; an error
+        for a value known only at run time."""
+        v = self.known_value()
+        if v is None:
+            self._concrete_error(_FOREIGN_WRITE if _writing_into_array() else what)
+        return np.asarray(v, dtype=self.dtype)
+
     def __bool__(self):
-        self._concrete_error("Python truth value (if/while/and/or/not) requested")
+        return bool(self._known("Python truth value (if/while/and/or/not) requested"))
 
     def __float__(self):
-        self._concrete_error("float() requested")
+        return float(self._known("float() requested"))
 
     def __int__(self):
-        self._concrete_error("int() requested")
+        return int(self._known("int() requested"))
+
+    def __complex__(self):
+        return complex(self._known("complex() requested"))
 
     def __index__(self):
+        v = self.known_value()
+        if v is not None and np.asarray(v).dtype.kind in "iub" and np.ndim(v) == 0:
+            return operator.index(np.asarray(v, dtype=self.dtype)[()])
         self._concrete_error("use as an index or int requested (indexing or slicing by a "
                              "traced integer works on traced arrays and on NumPy arrays the "
                              "function names as globals, closure variables or defaults; pass "
@@ -161,16 +264,21 @@ class Tracer(ArrayMethods):
         src = _source_line(loc)
         raise TraceError(f"{what} at {where}" + (f":\n    {src}\n" if src else ". ") + advice)
 
-    def item(self):
-        self._concrete_error(".item() requested")
+    def item(self, *args):
+        return self._known(".item() requested").item(*args)
 
     def tolist(self):
-        self._concrete_error(".tolist() requested")
+        return self._known(".tolist() requested").tolist()
 
     def numpy(self):
         self._concrete_error(".numpy() requested")
 
     def __array__(self, dtype=None, copy=None):
+        v = self.known_value()
+        if v is not None:
+            return np.array(v, dtype=dtype or self.dtype)
+        if _writing_into_array():
+            self._concrete_error(_FOREIGN_WRITE)
         self._concrete_error("conversion to a NumPy array (np.asarray/np.array/float "
                              "indexing) requested; drop the conversion, a traced value "
                              "already acts as an array (a NumPy array indexed by a traced "
@@ -183,16 +291,12 @@ class Tracer(ArrayMethods):
         return (self[i] for i in range(self.shape[0]))
 
     def __setitem__(self, idx, value):
-        loc = _user_frame()
-        self._blame("item assignment", loc)
-        where = f"{loc[0]}, line {loc[1]}" if loc else "your function"
-        src = _source_line(loc)
-        raise TraceError(
-            f"item assignment on a traced value at {where}"
-            + (f":\n    {src}\n" if src else ". ")
-            + "Compiled code has no in-place updates of arrays it computes. Write "
-            "y = tg.setitem(y, index, value) (a copy of y with y[index] = value, "
-            "differentiable in y and value), or np.where(mask, value, y).")
+        """``y[idx] = value`` as NumPy does it (the value cast to y's dtype,
+        broadcast to y[idx]), for every name bound to y and every view of
+        the same memory."""
+        from tracegrad.ops.indexing import assign_index
+        self._assign(assign_index(self, idx, value), "item assignment",
+                     "y = tg.setitem(y, index, value)")
 
     def detach(self):
         from tracegrad.ops import stop_gradient
@@ -239,6 +343,29 @@ class Tracer(ArrayMethods):
                              f"variable or default) at {where}; compiled code reads captured "
                              f"arrays, it does not write into them. Return the new value "
                              f"instead, or pass the array as an argument.")
+        if not isinstance(value, Tracer):
+            nid = T.operand(value)
+            value = Tracer(T, nid, T.nodes[nid].aval, self._face)
+        if value._trace is not T:
+            self._misuse(f"{what} of an array made outside a loop or branch body, from "
+                         f"inside the body", "A body cannot write into the enclosing "
+                         "function's arrays: carry the array through the loop (pass it "
+                         "in and return it) or return the values and write them after.")
+        root = self._view[0] if self._view is not None else self
+        if not T.is_body and self._face == "numpy" and any(a is root for a in T.arguments):
+            self._misuse(
+                f"{what} into an argument of the function (or a view of one)",
+                f"NumPy would write into the caller's array; compiled code does not change "
+                f"its caller's arrays. Write into a copy: x = x.copy() (or np.copy(x)) "
+                f"before the update, or {instead}.")
+        if self._view is not None:
+            base, chain, _ = self._view
+            new_base = _write_through(base, chain, value)
+            base._id = new_base.id
+            base._vbox[0] += 1
+            self._id = value.id
+            self._view = (base, chain, base._vbox[0])
+            return self
         if T.shares_memory(self):
             loc = _user_frame()
             where = f"{loc[0]}, line {loc[1]}" if loc else "your function"
@@ -294,7 +421,7 @@ class Tracer(ArrayMethods):
     def contiguous(self):
         return self
 
-    def copy(self):
+    def copy(self, order="K"):   # ndarray.copy: order= is the memory layout, not the values
         return self.clone()
 
     @property
@@ -307,6 +434,50 @@ class Tracer(ArrayMethods):
     @property
     def itemsize(self):
         return self.dtype.itemsize
+
+
+# ops never computed at trace time: draws, bodies, custom rules, transfers
+_NO_FOLD = frozenset({"random_draw", "cond", "scan", "while", "while_bwd", "while_fwd",
+                      "custom_vjp", "to_device"})
+
+
+def _write_through(cur, chain, value):
+    """``cur`` with ``value`` written where the view ``chain`` of it reads."""
+    if not chain:
+        return value
+    prim, extra, attrs = chain[0]
+    sub = cur._trace.bind(prim, (cur, *extra), attrs)
+    return _UNVIEW[prim.name](cur, _write_through(sub, chain[1:], value), extra, attrs)
+
+
+def _unview_getitem(cur, new, extra, attrs):
+    from tracegrad.ops.indexing import setitem_p
+    return primitives.bind(setitem_p, cur, new, *extra, index=attrs["index"])
+
+
+def _unview_dynamic_slice(cur, new, extra, attrs):
+    from tracegrad.ops.indexing import dynamic_update_slice_p
+    return primitives.bind(dynamic_update_slice_p, cur, new, *extra, **attrs)
+
+
+def _unview_reshape(cur, new, extra, attrs):
+    from tracegrad.ops.base import reshape_p
+    return primitives.bind(reshape_p, new, shape=tuple(cur.shape))
+
+
+def _unview_transpose(cur, new, extra, attrs):
+    from tracegrad.ops.base import transpose_p
+    return primitives.bind(transpose_p, new, axes=tuple(np.argsort(attrs["axes"]).tolist()))
+
+
+def _unview_flip(cur, new, extra, attrs):
+    from tracegrad.ops.shape import flip_p
+    return primitives.bind(flip_p, new, axes=attrs["axes"])
+
+
+# the views a write can go through: how to write a view's new value into its base
+_UNVIEW = {"getitem": _unview_getitem, "dynamic_slice": _unview_dynamic_slice,
+           "reshape": _unview_reshape, "transpose": _unview_transpose, "flip": _unview_flip}
 
 
 def _attr_key(attrs):
@@ -366,6 +537,8 @@ class Trace:
         self.frozen = []       # captured arrays left constants (capture="freeze"), described
         self._lifted = {}      # id(object) -> its tracer
         self.checks = ()       # the guard's checks of captured state (after tracing)
+        self.arguments = ()    # the tracers handed to the function (NumPy writes into them
+        #                        would reach the caller's arrays: refused)
 
     # --- building -----------------------------------------------------------------
     def _add(self, op, inputs, attrs, aval, loc=None, value=None, name=None):
@@ -447,6 +620,12 @@ class Trace:
             self._lifted[id(obj)] = t
         return t
 
+    def follow(self, array):
+        """An array the user's function created: a constant this trace
+        follows (tracegrad.frontend.created), so writes into it are recorded."""
+        nid = self.const(array)
+        return Tracer(self, nid, self.nodes[nid].aval, "numpy")
+
     def is_lifted(self, tracer):
         """Is this tracer object an implicit input handed to the function?"""
         return any(t is tracer for t in self._lifted.values())
@@ -483,6 +662,10 @@ class Trace:
     def bind(self, prim, args, attrs):
         ids = tuple(self.operand(a) for a in args)
         face = next((a._face for a in args if type(a) is Tracer), "numpy")
+        if prim.name not in _NO_FOLD and ids and all(self.nodes[i].op == "const" for i in ids):
+            folded = self._fold(prim, ids, attrs, face)
+            if folded is not None:
+                return self._note_views(prim, args, folded, attrs)
         key = (prim.name, ids, _attr_key(attrs))
         hit = self._cse.get(key)
         if hit is not None:
@@ -492,7 +675,7 @@ class Trace:
                 result = Tracer(self, hit, self.nodes[hit].aval, face)
             else:
                 result = tuple(Tracer(self, i, self.nodes[i].aval, face) for i in hit)
-            return self._note_views(prim, args, result)
+            return self._note_views(prim, args, result, attrs)
         in_avals = [self.nodes[i].aval for i in ids]
         try:
             aval = (prim.shape or _shape_by_eval(prim))(*in_avals, **attrs)
@@ -521,10 +704,39 @@ class Trace:
                 outs.append(Tracer(self, p.id, aval[i], face))
             result = tuple(outs)
             self._cse[key] = tuple(o.id for o in outs)
-        return self._note_views(prim, args, result)
+        return self._note_views(prim, args, result, attrs)
 
-    def _note_views(self, prim, args, result):
-        """A view's result and its operands share memory from now on."""
+    def _fold(self, prim, ids, attrs, face):
+        """An op on constants only is computed now, as NumPy would, and is a
+        constant: arrays the function creates and fills with constants stay
+        concrete (usable in ``if``, ``range``, as indices)."""
+        try:
+            out = prim.impl(np, *[self.nodes[i].value for i in ids], **attrs)
+        except Exception:   # noqa: BLE001 -- recorded as a node, the shape rule says why
+            return None
+
+        def const(v):
+            nid = self.const(np.asarray(v))
+            return Tracer(self, nid, self.nodes[nid].aval, face)
+        if prim.n_out == 1 and not isinstance(out, tuple):
+            return const(out)
+        return tuple(const(v) for v in out)
+
+    def _note_views(self, prim, args, result, attrs=None):
+        """A view's result and its operands share memory from now on: a view
+        the trace can write through (``_UNVIEW``) remembers its base; for
+        others, in-place updates of both are refused."""
+        if type(result) is Tracer and args and type(args[0]) is Tracer and \
+                prim.name in _UNVIEW and attrs is not None:
+            if prim.name == "getitem" and any(it[0] == "a" for it in attrs["index"]):
+                return result            # advanced indexing: NumPy makes a copy
+            src = args[0]
+            base, chain = (src._view[0], src._view[1]) if src._view is not None else (src, ())
+            if base._vbox is None:
+                base._vbox = [0]
+            if not self.shares_memory(base):
+                result._view = (base, chain + ((prim, tuple(args[1:]), attrs),), base._vbox[0])
+                return result
         if prim.aliases_operands:
             for v in (*args, *(result if type(result) is tuple else (result,))):
                 if type(v) is Tracer:
@@ -746,13 +958,21 @@ def _trace_once(fn, run, leaves_avals, rebuild_args, names, backend, faces, func
             return _captured.proxy_for(t, value) if isinstance(value, _GENERATOR_TYPES) else t
     faces = faces or ["numpy"] * len(leaves_avals)
     tracers = [trace.new_input(a, n, f) for a, n, f in zip(leaves_avals, names, faces)]
+    trace.arguments = tracers
     args, kwargs = rebuild_args(tracers)
     from tracegrad.ops.random import tracing_random_draws  # np.random.* draws become nodes
     with _captured.rooted(trace if scope is not None else None), \
+            created.following(trace.follow), \
             tracing_random_draws(trace, fn, args, kwargs) as (args, kwargs):
         # NumPy arrays fn names (globals, closures) accept traced indices
         from tracegrad.ops.indexing import indexable_constants
-        out = indexable_constants(run, functions, lift)(*args, **kwargs)
+        try:
+            out = indexable_constants(run, functions, lift, created.substitute)(*args, **kwargs)
+        except ValueError as e:
+            err = foreign_write_error(e)
+            if err is None:
+                raise
+            raise err from None
         out_leaves, out_tree = tree_flatten(out)
         for o in out_leaves:
             if isinstance(o, Tracer):
@@ -782,7 +1002,8 @@ def trace_body(fn, avals, faces=None):
     faces = faces or ["numpy"] * len(avals)
     xs = [T.new_input(Aval(tuple(a.shape), np.dtype(a.dtype)), f"in_{i}", f)
           for i, (a, f) in enumerate(zip(avals, faces))]
-    outs = fn(*xs)
+    with created.following(T.follow):
+        outs = fn(*xs)
     if not isinstance(outs, tuple):
         outs = (outs,)
     for o in outs:

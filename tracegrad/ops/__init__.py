@@ -17,11 +17,11 @@ May import: no other folder.
 import types as _types
 
 from tracegrad.ops import (_define, base, elementwise, reductions, shape, indexing, linalg, nn,
-                           custom, devices, random, numpy_functions, special, control)
+                           custom, devices, random, numpy_functions, special, control, fft)
 
 __all__ = ["linalg"]
 for _mod in (base, elementwise, reductions, shape, indexing, linalg, nn, custom, devices, random,
-             numpy_functions, special, control):
+             numpy_functions, special, control, fft):
     _names = getattr(_mod, "__all__", None)
     if _names is None:  # base: the functions it defines, not what it imports
         _names = [k for k, v in vars(_mod).items() if not k.startswith("_")

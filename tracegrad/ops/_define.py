@@ -32,6 +32,26 @@ def _name_grad_fn(value, name, spec=()):
 NUMPY_FUNCTIONS: dict = {}
 
 
+def _booleans(sym, *xs):
+    """``& | ^ ~`` are logical on booleans (what tracegrad computes); on
+    integers they are bitwise, which has no op here: refuse, never a
+    silently logical result."""
+    for v in xs:
+        dt = getattr(v, "dtype", None)
+        if dt is not None:
+            ok = np.dtype(dt).kind == "b"
+        else:
+            ok = isinstance(v, (bool, np.bool_))
+        if not ok:
+            what = f"dtype {np.dtype(dt)}" if dt is not None else type(v).__name__
+            raise TypeError(
+                f"'{sym}' on a value of {what}: tracegrad computes '{sym}' on booleans only "
+                f"(logical and/or/xor/not); the bitwise operation on integers has no "
+                f"tracegrad op. Compare to get booleans ((a > 0) {sym if sym != '~' else '&'} "
+                f"(b > 0)), or compute the bits outside the function")
+    return xs
+
+
 class ArrayMethods:
     """Operators and torch/NumPy-style methods shared by Tensor and Tracer."""
     __slots__ = ()
@@ -63,12 +83,12 @@ class ArrayMethods:
     def __ge__(self, o): return _ops.greater_equal(self, o)
     def __eq__(self, o): return _ops.equal(self, o)
     def __ne__(self, o): return _ops.not_equal(self, o)
-    def __and__(self, o): return _ops.logical_and(self, o)
-    def __rand__(self, o): return _ops.logical_and(o, self)
-    def __or__(self, o): return _ops.logical_or(self, o)
-    def __ror__(self, o): return _ops.logical_or(o, self)
-    def __xor__(self, o): return _ops.logical_xor(self, o)
-    def __invert__(self): return _ops.logical_not(self)
+    def __and__(self, o): return _ops.logical_and(*_booleans("&", self, o))
+    def __rand__(self, o): return _ops.logical_and(*_booleans("&", o, self))
+    def __or__(self, o): return _ops.logical_or(*_booleans("|", self, o))
+    def __ror__(self, o): return _ops.logical_or(*_booleans("|", o, self))
+    def __xor__(self, o): return _ops.logical_xor(*_booleans("^", self, o))
+    def __invert__(self): return _ops.logical_not(*_booleans("~", self))
     def __getitem__(self, idx): return _ops.getitem(self, idx)
     __hash__ = object.__hash__
 
@@ -126,11 +146,7 @@ class ArrayMethods:
                 f"tracegrad has no rule for the NumPy ufunc np.{ufunc.__name__}; "
                 f"use an op tracegrad supports or wrap it in tg.autograd.Function "
                 f"with a hand-written backward")
-        if kwargs.get("out") is not None:
-            raise TypeError(f"np.{ufunc.__name__}(..., out=) cannot write into a tracegrad "
-                            f"value; assign the result instead")
-        kwargs.pop("out", None)
-        return fn(*inputs, **kwargs)
+        return _ufunc_call(ufunc, fn, inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
         fn = NUMPY_FUNCTIONS.get(func)
@@ -139,13 +155,100 @@ class ArrayMethods:
                 f"tracegrad has no rule for np.{getattr(func, '__name__', func)}; "
                 f"use an op tracegrad supports or wrap it in tg.autograd.Function "
                 f"with a hand-written backward")
+        refuse_out(getattr(func, "__name__", "function"), kwargs.get("out"))
         return fn(*args, **kwargs)
+
+
+def _dtype_of(v):
+    if isinstance(v, (bool, int, float, complex)):
+        return type(v)          # a Python number: NumPy's weak scalar
+    dt = getattr(v, "dtype", None)
+    return np.dtype(dt) if dt is not None else np.asarray(v).dtype
+
+
+def _ufunc_call(ufunc, fn, inputs, kwargs):
+    """Call a ufunc's override with NumPy's ufunc keywords honoured or
+    refused, never ignored: ``dtype=``, ``signature=`` and ``casting=``
+    pick NumPy's loop (``ufunc.resolve_dtypes``, so NumPy's own errors), the
+    inputs are cast to it and the outputs to its output dtypes; ``order=``
+    and ``subok=`` only choose the memory layout and the array class, which
+    tracegrad values do not have; ``out=`` and ``where=`` are refused."""
+    name = ufunc.__name__
+    out = kwargs.pop("out", None)
+    if out is not None and not (isinstance(out, tuple) and all(o is None for o in out)):
+        raise TypeError(f"np.{name}(..., out=) cannot write into a tracegrad value; "
+                        f"assign the result instead")
+    mask = kwargs.pop("where", True)
+    if mask is not True:
+        raise TypeError(f"tracegrad does not support np.{name}(..., where=) (an unsupported "
+                        f"keyword for a tracegrad value): without out= NumPy leaves the "
+                        f"elements where the mask is False uninitialised; write "
+                        f"np.where(mask, np.{name}(...), fill) instead")
+    kwargs.pop("order", None)
+    kwargs.pop("subok", None)
+    if ufunc.signature:     # a gufunc (matmul, vecdot)
+        for k, default in (("axes", None), ("axis", None), ("keepdims", False)):
+            if kwargs.pop(k, default) != default:
+                raise TypeError(f"tracegrad does not support np.{name}(..., {k}=) yet; move "
+                                f"the core axes last with np.moveaxis (np.matrix_transpose) "
+                                f"and call np.{name} without it")
+    dtype = kwargs.pop("dtype", None)
+    signature = kwargs.pop("signature", None)
+    casting = kwargs.pop("casting", None)
+    if kwargs:
+        raise TypeError(f"np.{name}() got an unexpected keyword argument {next(iter(kwargs))!r}")
+    if dtype is None and signature is None and casting is None:
+        return fn(*inputs)
+    if dtype is not None and signature is not None:
+        raise TypeError("cannot specify both 'signature' and 'dtype'")
+    if dtype is not None:
+        signature = (None,) * ufunc.nin + (np.dtype(dtype),) * ufunc.nout
+    elif isinstance(signature, (tuple, list)):
+        signature = tuple(None if d is None else np.dtype(d) for d in signature)
+    extra = {} if signature is None else {"signature": signature}
+    loop = ufunc.resolve_dtypes(tuple(_dtype_of(v) for v in inputs) + (None,) * ufunc.nout,
+                                casting=casting or "same_kind", **extra)
+    inputs = [v if isinstance(v, (bool, int, float, complex)) or _dtype_of(v) == d
+              else _ops.astype(v, d) for v, d in zip(inputs, loop[:ufunc.nin])]
+    res = fn(*inputs)
+    outs = res if ufunc.nout > 1 else (res,)
+    outs = tuple(o if _dtype_of(o) == d else _ops.astype(o, d)
+                 for o, d in zip(outs, loop[ufunc.nin:]))
+    return outs if ufunc.nout > 1 else outs[0]
+
+
+def refuse_out(name, out):
+    """NumPy writes its result into ``out=``; a traced or recorded value
+    cannot be written into an array, so tracegrad refuses it (never ignores it)."""
+    if out is not None:
+        raise TypeError(f"tracegrad does not support np.{name}(..., out=): a tracegrad value "
+                        f"cannot be written into an array; assign the result instead "
+                        f"(y = np.{name}(...))")
 
 
 def _reduce_ufunc(ufunc, method, inputs, kwargs):
     # np.add.reduce(t, axis), np.multiply.accumulate, np.maximum.outer,
     # np.add.reduceat, np.add.at: they live with the NumPy functions
+    fn = NUMPY_FUNCTIONS.get(ufunc)
+    if method == "outer" and fn is not None and ufunc.nin == 2 and len(inputs) == 2:
+        # A[..., None, ...] op B, with the ufunc keywords of a call (_ufunc_call)
+        a, b = inputs
+        shape = tuple(np.shape(a) if not hasattr(a, "shape") else a.shape) \
+            + (1,) * (np.ndim(b) if not hasattr(b, "shape") else len(b.shape))
+        a = _ops.reshape(a, shape) if hasattr(a, "_face") else np.reshape(np.asarray(a), shape)
+        return _ufunc_call(ufunc, fn, (a, b), dict(kwargs))
+    if method in ("accumulate", "reduceat") and inputs and ufunc.nin == 2:
+        # NumPy's loop for the dtype (and its error where it has none), on a stand-in
+        x = inputs[0]
+        nd = len(x.shape) if hasattr(x, "shape") else np.ndim(x)
+        stand_in = np.ones((1,) * _builtins_max(nd, 1), _dtype_of(x))
+        getattr(ufunc, method)(stand_in, *(([0],) if method == "reduceat" else ()),
+                               dtype=kwargs.get("dtype"))
     return _ops.numpy_functions.ufunc_method(ufunc, method, inputs, kwargs)
+
+
+def _builtins_max(a, b):
+    return a if a > b else b
 
 
 def numpy_copy(x):

@@ -10,6 +10,7 @@ import numpy as np
 
 from tracegrad.ops import runtime_numpy as _rt
 from tracegrad.ops.primitives import Aval, bind, register, broadcast_shapes
+from tracegrad.ops.primitives import REGISTRY as _REGISTRY
 from tracegrad.ops import _define
 from tracegrad.ops._define import method, implements, axis_arg, norm_axes, numpy_copy, _ops
 
@@ -104,8 +105,18 @@ def unbroadcast(ct, shape, dtype=None):
         if tuple(ct.shape) != shape:
             ct = bind(reshape_p, ct, shape=shape)
     if dtype is not None and ct.dtype != dtype and np.issubdtype(dtype, np.inexact):
-        ct = astype(ct, dtype)
+        ct = _cast_cotangent(ct, dtype)
     return ct
+
+
+def _cast_cotangent(ct, dtype):
+    """ct as ``dtype``; a complex ct of a real value is its real part (the
+    cotangent convention of tracegrad.ops.fft), never a cast that warns."""
+    if np.dtype(ct.dtype).kind == "c" and np.dtype(dtype).kind != "c":
+        ct = bind(_REGISTRY["real"], ct)
+        if ct.dtype == dtype:
+            return ct
+    return astype(ct, dtype)
 
 
 # --- defining elementwise rows ---------------------------------------------------
@@ -239,7 +250,7 @@ def _fit_tangent(t, out):
     if tuple(t.shape) != oshape:
         t = broadcast_to(t, oshape)
     if np.issubdtype(odtype, np.inexact) and t.dtype != odtype:
-        t = astype(t, odtype)
+        t = _cast_cotangent(t, odtype)
     return t
 
 
@@ -694,24 +705,33 @@ def zeros_like_value(x):
 # result depends only on the shape, so no gradient flows through it.
 
 @implements(np.zeros_like)
-def _np_zeros_like(a, dtype=None, **kw):
+def _np_zeros_like(a, dtype=None, order="K", subok=True, shape=None, *, device=None):
+    """``order`` (the memory layout) and ``subok`` (ndarray subclasses) do
+    not change the values; ``shape`` and ``dtype`` are NumPy's."""
+    if device not in (None, "cpu"):
+        raise ValueError(f'Device not understood. Only "cpu" is allowed, but received: {device}')
     z = bind(zeros_like_p, a)
-    return z if dtype is None else astype(z, dtype)
+    if shape is not None:
+        z = _ops.broadcast_to(sum(z), (shape,) if isinstance(shape, int) else tuple(shape))
+    dt = np.dtype(dtype) if dtype is not None else np.dtype(a.dtype)
+    return z if np.dtype(z.dtype) == dt else astype(z, dt)
 
 
 @implements(np.ones_like)
-def _np_ones_like(a, dtype=None, **kw):
-    return add(_np_zeros_like(a, dtype), 1)
+def _np_ones_like(a, dtype=None, order="K", subok=True, shape=None, *, device=None):
+    return _np_full_like(a, 1, dtype, shape=shape, device=device)
 
 
 @implements(np.full_like)
-def _np_full_like(a, fill_value, dtype=None, **kw):
-    return add(_np_zeros_like(a, dtype), fill_value)
+def _np_full_like(a, fill_value, dtype=None, order="K", subok=True, shape=None, *, device=None):
+    z = _np_zeros_like(a, dtype, shape=shape, device=device)
+    full = add(z, fill_value)
+    return full if np.dtype(full.dtype) == np.dtype(z.dtype) else astype(full, z.dtype)
 
 
 @implements(np.empty_like)
-def _np_empty_like(a, dtype=None, **kw):
-    return _np_zeros_like(a, dtype)
+def _np_empty_like(a, dtype=None, order="K", subok=True, shape=None, *, device=None):
+    return _np_zeros_like(a, dtype, shape=shape, device=device)
 
 
 @implements(np.shape)
@@ -732,6 +752,10 @@ def _np_size(a, axis=None):
 @implements(np.sum)
 def sum(x, axis=None, dtype=None, out=None, keepdims=False, *, dim=None, keepdim=None, **kw):
     """NumPy's sum (its argument order; torch's is tracegrad.frontend.torch_face's)."""
+    if out is not None or kw:   # out=, initial=, where=: tracegrad.ops.reductions.sum_keywords
+        return _ops.reductions.sum_keywords(x, axis_arg(axis, dim), dtype, out,
+                                            bool(keepdim) if keepdim is not None else keepdims,
+                                            **kw)
     if axis is None and dim is None and dtype is None and not keepdims and not keepdim \
             and is_value(x):  # the common full reduction
         return bind(sum_p, x, axis=tuple(range(len(x.shape))), keepdims=False)

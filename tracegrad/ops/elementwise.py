@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from tracegrad.ops import runtime_numpy as _rt
-from tracegrad.ops.primitives import Aval, bind, register
+from tracegrad.ops.primitives import Aval, bind, register, REGISTRY
 from tracegrad.ops._define import method, implements, numpy_copy
 from tracegrad.ops.base import (def_elementwise, zeros_rule, add, sub, mul, div, neg,
                                 reciprocal, exp, where, equal, greater, less,
@@ -272,7 +272,19 @@ clip_p = def_elementwise(
 
 # --- the functional API -------------------------------------------------------------
 
-abs = _op1(abs_p, ("abs", "absolute"), (np.absolute,))
+
+
+@method("abs", "absolute")
+@implements(np.absolute)
+def abs(x, **kw):
+    """Elementwise |x| (primitive ``abs``; of a complex x, ``complex_abs`` of
+    tracegrad.ops.fft, which is real)."""
+    _no_kw("abs", kw)
+    if np.dtype(getattr(x, "dtype", np.float64)).kind == "c":
+        return bind(REGISTRY["complex_abs"], x)
+    return bind(abs_p, x)
+
+
 absolute = abs
 sign = _op1(sign_p, ("sign", "sgn"), (np.sign,))
 sqrt = _op1(sqrt_p, ("sqrt",), (np.sqrt,))
@@ -354,16 +366,19 @@ def nan_to_num(x, nan=0.0, posinf=None, neginf=None, copy=True):
 
 
 @method("clamp", "clip")
-@implements(np.clip)
 def clip(x, a_min=None, a_max=None, out=None, *, min=None, max=None, **kw):
     """Limit x to [min, max]; either bound may be None, a scalar or a tensor.
 
     The gradient flows to x where it lies inside the bounds (ends
     included, as torch.clamp) and to the bound that is active elsewhere."""
+    kw.pop("subok", None)   # ndarray subclasses: tracegrad values are none
+    kw.pop("order", None)   # the memory layout of the result, not its values
     _no_kw("clip", dict(kw, out=out))
     lo = min if a_min is None else a_min
     hi = max if a_max is None else a_max
     if lo is None and hi is None:
+        if getattr(x, "_face", "numpy") == "numpy":   # NumPy: x.clip() is a copy of x
+            return numpy_copy(x)
         raise ValueError("clip/clamp: at least one of min and max must be given")
     if lo is None or hi is None:
         dt = np.dtype(getattr(x, "dtype", np.float64))
@@ -377,13 +392,32 @@ def clip(x, a_min=None, a_max=None, out=None, *, min=None, max=None, **kw):
 clamp = clip
 
 
+@implements(np.clip)
+def _np_clip(a, a_min=np._NoValue, a_max=np._NoValue, out=None, *, min=np._NoValue,
+             max=np._NoValue, **kw):
+    """np.clip's rules for its two spellings of the bounds, then clip."""
+    given = lambda v: v is not np._NoValue   # noqa: E731
+    if not given(a_min) and not given(a_max):
+        a_min, a_max = (min if given(min) else None), (max if given(max) else None)
+    elif not given(a_min):
+        raise TypeError("clip() missing 1 required positional argument: 'a_min'")
+    elif not given(a_max):
+        raise TypeError("clip() missing 1 required positional argument: 'a_max'")
+    elif given(min) or given(max):
+        raise ValueError("Passing `min` or `max` keyword argument when `a_min` and `a_max` "
+                         "are provided is forbidden.")
+    if a_min is None and a_max is None:   # NumPy: np.positive(a, out=out, **kw)
+        return np.positive(a, out=out, **kw)
+    return clip(a, a_min, a_max, out, **kw)
+
+
 @method("conj", "conjugate", "conj_physical")
 @implements(np.conjugate)
 def conj(x, **kw):
-    """Complex conjugate: the identity on the real dtypes tracegrad supports."""
+    """Complex conjugate (the ``conj`` row of tracegrad.ops.fft); a copy of a real value."""
     _no_kw("conj", kw)
     if np.dtype(getattr(x, "dtype", np.float64)).kind == "c":
-        raise TypeError("tracegrad does not support complex tensors")
+        return bind(REGISTRY["conj"], x)
     return numpy_copy(x)
 
 
@@ -392,12 +426,15 @@ conjugate = conj
 
 @implements(np.real)
 def real(x):
-    """Real part: the identity on the real dtypes tracegrad supports."""
+    """Real part (the ``real`` row of tracegrad.ops.fft); a copy of a real value."""
+    if np.dtype(getattr(x, "dtype", np.float64)).kind == "c":
+        return bind(REGISTRY["real"], x)
     return conj(x)
 
 
 @implements(np.imag)
 def imag(x):
-    """Imaginary part: zeros on the real dtypes tracegrad supports."""
-    conj(x)  # refuses complex values
+    """Imaginary part (the ``imag`` row of tracegrad.ops.fft); zeros for a real value."""
+    if np.dtype(getattr(x, "dtype", np.float64)).kind == "c":
+        return bind(REGISTRY["imag"], x)
     return zeros_like_value(x)

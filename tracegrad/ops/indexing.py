@@ -77,6 +77,7 @@ def parse_index(idx):
         idx = (idx,)
     spec, arrays = [], []
     for item in idx:
+        item = _plain_index_item(item)
         if item is None:
             spec.append(("n",))
         elif item is Ellipsis:
@@ -427,6 +428,57 @@ def setitem(x, idx, value):
     return bind(setitem_p, x, value, *arrays, index=spec)
 
 
+def _plain_index_item(it):
+    """A ``range`` indexes as the integer array it spells (NumPy's rule); a
+    constant traced array (one the function created from constants) as its
+    value."""
+    if isinstance(it, range):
+        return np.arange(it.start, it.stop, it.step)
+    if _is_tracer(it):
+        v = it.known_value()
+        if v is not None:
+            return np.asarray(v, dtype=it.dtype)
+    return it
+
+
+def plain_index(idx):
+    if isinstance(idx, tuple):
+        return tuple(_plain_index_item(it) for it in idx)
+    return _plain_index_item(idx)
+
+
+def assign_index(x, idx, value):
+    """What ``x[idx] = value`` makes of ``x`` in NumPy: a copy of ``x`` with
+    ``value`` cast to its dtype and broadcast into ``x[idx]``."""
+    idx = plain_index(idx)
+    if isinstance(value, (list, tuple)):
+        value = _ops.stack([v for v in value]) if any(is_value(v) for v in value) \
+            else np.asarray(value)
+    vdtype = np.result_type(value) if not is_value(value) else value.dtype
+    if vdtype != x.dtype:
+        if vdtype.kind == "c" and x.dtype.kind != "c":
+            raise TypeError(f"item assignment of a complex value into a {x.dtype} array "
+                            f"would discard the imaginary part; write np.real(value)")
+        value = value.astype(x.dtype) if is_value(value) else np.asarray(value, x.dtype)
+    items = idx if isinstance(idx, tuple) else (idx,)
+    masks = [it for it in items if _is_tracer(it) and it.dtype == np.bool_ and it.shape]
+    if masks:
+        mask = masks[0]
+        if len(items) != 1 or tuple(mask.shape) != tuple(shape_of(x))[:len(mask.shape)]:
+            _traced_mask_error(mask)
+        n = int(np.prod(shape_of(value))) if is_value(value) else np.size(value)
+        if n != 1:
+            mask._misuse(
+                f"y[mask] = value with a traced boolean mask and a value of {n} elements",
+                "Which elements the value's entries go to depends on the mask's True count, "
+                "which is not known while tracing. Write the whole array: "
+                "y = np.where(mask, new_values_of_full_shape, y).")
+        m = mask.reshape(tuple(mask.shape) + (1,) * (len(shape_of(x)) - len(mask.shape)))
+        v = value.reshape(()) if is_value(value) else np.asarray(value).reshape(())
+        return where(m, v, x)
+    return setitem(x, idx, value)
+
+
 def index_add(g, idx, shape):
     """Zeros of ``shape`` with ``g`` added at ``[idx]`` (repeats accumulate)."""
     spec, arrays = parse_index(idx)
@@ -451,13 +503,36 @@ def _as_index(indices):
 @method("take")
 @implements(np.take)
 def take(x, indices, axis=None, out=None, mode="raise"):
-    """Elements at ``indices`` along ``axis`` (of the flattened x when None)."""
-    if mode != "raise":
-        raise NotImplementedError("take: only mode='raise' is supported")
+    """Elements at ``indices`` along ``axis`` (of the flattened x when None);
+    ``mode='clip'`` clips the indices into range (negative ones to 0, as
+    NumPy), ``'wrap'`` takes them modulo the axis length."""
+    if out is not None:
+        raise TypeError("tracegrad does not support np.take(..., out=): a tracegrad value cannot "
+                        "be written into an array; assign the result instead")
     if axis is None:
-        return getitem(_ops.ravel(x), _as_index(indices))
+        x, axis = _ops.ravel(x), 0
     nd = len(shape_of(x))
-    return getitem(x, _sl(nd, _axis(axis, nd), _as_index(indices)))
+    axis = _axis(axis, nd)
+    indices = _index_mode(_as_index(indices), shape_of(x)[axis], mode, "take")
+    return getitem(x, _sl(nd, axis, indices))
+
+
+def _index_mode(indices, n, mode, name):
+    """NumPy's ``mode=`` of take/choose applied to the indices of an axis of
+    length n: 'raise' leaves them (out of range is an IndexError), 'clip'
+    clips them to [0, n-1], 'wrap' takes them modulo n."""
+    modes = {"raise": "raise", "r": "raise", "clip": "clip", "c": "clip", "wrap": "wrap",
+             "w": "wrap"}
+    m = modes.get(mode) if isinstance(mode, str) else None
+    if m is None:
+        raise ValueError(f"clipmode must be one of 'clip', 'raise', or 'wrap' (got {mode!r})")
+    if m == "raise":
+        return indices
+    if not is_value(indices):
+        return np.clip(indices, 0, n - 1) if m == "clip" else np.mod(indices, n)
+    if m == "clip":
+        return _ops.clip(indices, 0, n - 1)
+    return _ops.remainder(indices, n)
 
 
 @method("index_select")
@@ -484,12 +559,43 @@ def take_along_axis(x, indices, axis=-1):
     """Gather along ``axis`` with an index array of x's rank (np.take_along_axis)."""
     indices = _as_index(indices)
     if axis is None:
-        x, indices, axis = _ops.ravel(x), _ops.ravel(indices), 0
+        if len(shape_of(indices)) != 1:
+            raise ValueError("when axis=None, `indices` must have a single dimension.")
+        x, axis = _ops.ravel(x), 0
     nd = len(shape_of(x))
     if len(shape_of(indices)) != nd:
         raise ValueError(f"take_along_axis: indices has {len(shape_of(indices))} dimensions "
                          f"but the array has {nd}; they must match")
     return _along(x, indices, _axis(axis, nd), shape_of(x))
+
+
+@implements(np.choose)
+def choose(a, choices, out=None, mode="raise"):
+    """np.choose: ``choices[a[i]][i]`` elementwise, a and every choice
+    broadcast together; ``mode=`` as take's ('raise': an entry of a out of
+    range is an error, 'clip', 'wrap').  Composed of stack and
+    take_along_axis, so the gradient reaches the chosen entries."""
+    if out is not None:
+        raise TypeError("tracegrad does not support np.choose(..., out=): a tracegrad value "
+                        "cannot be written into an array; assign the result instead")
+    if is_value(choices) or isinstance(choices, np.ndarray):
+        choices = [choices[i] for i in range(shape_of(choices)[0])]
+    choices = [c if is_value(c) else np.asarray(c) for c in choices]
+    n = len(choices)
+    idx = _as_index(a)
+    if not is_value(idx):
+        if idx.dtype.kind not in "iub":
+            raise TypeError(f"Cannot cast array data from {idx.dtype!r} to dtype('int64') "
+                            f"according to the rule 'safe'")
+        if mode in ("raise", "r") and idx.size and (idx.min() < 0 or idx.max() >= n):
+            raise ValueError("invalid entry in choice array")
+    shape = np.broadcast_shapes(tuple(shape_of(idx)), *(tuple(shape_of(c)) for c in choices))
+    idx = _index_mode(idx, n, mode, "choose")
+    idx = _ops.broadcast_to(idx, shape) if is_value(idx) else np.broadcast_to(idx, shape)
+    stacked = _ops.stack([_ops.broadcast_to(c, shape) if is_value(c) else np.broadcast_to(c, shape)
+                          for c in choices])
+    return _along(stacked, _ops.expand_dims(idx, 0) if is_value(idx) else idx[None], 0,
+                  shape_of(stacked))[0]
 
 
 @method("gather")
@@ -627,8 +733,12 @@ class IndexableArray(np.ndarray):
 
 
 def _indexable(v, memo, desc=None):
-    if type(v) is types.FunctionType and memo.get("lift") is not None \
-            and _draws_captured(v, memo):
+    stand_in = memo["substitute"](v) if memo.get("substitute") is not None else None
+    if stand_in is not None:
+        return stand_in
+    if type(v) is types.FunctionType and (
+            (memo.get("lift") is not None and _draws_captured(v, memo))
+            or (memo.get("substitute") is not None and _names_creators(v, memo))):
         return _helper_with_captured(v, memo)
     if type(v) is types.FunctionType and memo.get("functions") is not None:
         return _traced_function(v, memo)
@@ -687,11 +797,37 @@ def _code_names(code):
     return names
 
 
+_CREATOR_NAMES = frozenset({"zeros", "ones", "empty", "full", "zeros_like", "ones_like",
+                            "empty_like", "full_like", "copy", "array", "asarray"})
+_LIBRARIES = ("numpy", "scipy", "tracegrad")
+
+
+def _code_names(code):
+    names = set(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            names |= _code_names(c)
+    return names
+
+
+def _names_creators(f, memo):
+    """Is ``f`` the user's helper that creates arrays (np.zeros, np.array...)?
+    Its copy sees the stand-ins that make them followed arrays."""
+    key = ("creates", id(f))
+    got = memo.get(key)
+    if got is None:
+        module = (getattr(f, "__module__", None) or "").split(".", 1)[0]
+        got = memo[key] = module not in _LIBRARIES and bool(
+            _code_names(f.__code__) & _CREATOR_NAMES)
+    return got
+
+
 def _helper_with_captured(f, memo):
     """A helper of the traced function that draws from a generator it
-    captured: a copy of it that sees the generator's stand-in (the helper
-    would otherwise draw while tracing, which tracing refuses).  Only such
-    helpers are copied: every other function keeps its identity."""
+    captured, or that creates arrays: a copy of it that sees the
+    generator's stand-in (the helper would otherwise draw while tracing,
+    which tracing refuses) and numpy's followed creators.  Only such helpers
+    are copied: every other function keeps its identity."""
     w = memo.get(id(f))
     if w is None or w[0] is w[1]:
         if memo.get("functions") is not None and w is None:
@@ -788,8 +924,11 @@ def _indexable_cell(cell, memo, name=None):
         f = cell.cell_contents
     except ValueError:  # an empty cell (a variable assigned later)
         return cell
-    if type(f) is types.FunctionType and memo.get("lift") is not None \
-            and _draws_captured(f, memo):
+    if memo.get("substitute") is not None and memo["substitute"](f) is not None:
+        return types.CellType(memo["substitute"](f))
+    if type(f) is types.FunctionType and (
+            (memo.get("lift") is not None and _draws_captured(f, memo))
+            or (memo.get("substitute") is not None and _names_creators(f, memo))):
         return types.CellType(_helper_with_captured(f, memo))
     if memo.get("functions") is not None and type(f) is types.FunctionType:
         _traced_function(f, memo)
@@ -814,7 +953,7 @@ def _cell_holds_liftable(cell):
         return False
 
 
-def indexable_constants(fn, functions=None, lift=None):
+def indexable_constants(fn, functions=None, lift=None, substitute=None):
     """``fn`` as the tracer calls it: the NumPy arrays it names as globals,
     closure variables and defaults (and a partial's bound arguments) are
     IndexableArray views, so ``data[i]``, ``data[i * n:(i + 1) * n]`` and
@@ -826,8 +965,9 @@ def indexable_constants(fn, functions=None, lift=None):
     (tracegrad.frontend.trace passes the loop rewrite's ``CalledFunctions``).
     ``lift(value, name)``: the traced stand-in of a captured array or random
     generator read at call time (tracegrad.frontend.captured), or None to
-    keep it a constant."""
-    memo = {"functions": functions, "scopes": [], "lift": lift}
+    keep it a constant.  ``substitute(value)``: a stand-in for a global or
+    closure value (tracegrad.frontend.created: numpy's array creators), or None."""
+    memo = {"functions": functions, "scopes": [], "lift": lift, "substitute": substitute}
     traced = _with_indexable(fn, memo)
     scopes = memo["scopes"]
     if not scopes and functions is None:

@@ -18,7 +18,7 @@ import string
 import numpy as np
 
 from tracegrad.ops.primitives import Aval, bind, register, broadcast_shapes, result_dtype
-from tracegrad.ops._define import method, implements, norm_axes, _ops
+from tracegrad.ops._define import method, implements, norm_axes, _ops, refuse_out
 from tracegrad.ops.base import (add, sub, mul, neg, matmul, swapaxes, reshape, transpose,
                                 sum, where, equal, stop_gradient, astype,
                                 is_value, shape_of, shape_by_eval, _reduced_shape, zeros_like_p)
@@ -65,7 +65,7 @@ def _square_check(name, x):
 
 def _float_dtype(*avals):
     dt = result_dtype(*avals)
-    return dt if dt.kind == "f" else np.dtype(np.float64)
+    return dt if dt.kind in "fc" else np.dtype(np.float64)
 
 
 # --- einsum -----------------------------------------------------------------------------------
@@ -179,6 +179,19 @@ def einsum(subscripts, *operands, out=None, optimize=False, **kw):
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])  # torch.einsum(eq, [a, b])
     ops = [x if is_value(x) or isinstance(x, np.ndarray) else np.asarray(x) for x in operands]
+    refuse_out("einsum", out)
+    dtype, casting = kw.pop("dtype", None), kw.pop("casting", "safe")
+    kw.pop("order", None)   # the memory layout of the result, not its values
+    if kw:
+        raise TypeError(f"einsum() got an unexpected keyword argument {next(iter(kw))!r}")
+    if dtype is not None:   # NumPy's: every operand cast to dtype under the casting rule
+        dtype = np.dtype(dtype)
+        for i, x in enumerate(ops):
+            if not np.can_cast(np.dtype(x.dtype), dtype, casting):
+                raise TypeError(f"Iterator operand {i} dtype could not be cast from "
+                                f"dtype({str(np.dtype(x.dtype))!r}) to dtype({str(dtype)!r}) "
+                                f"according to the rule {casting!r}")
+        ops = [x if np.dtype(x.dtype) == dtype else astype(x, dtype) for x in ops]
     spec = _normalize_einsum(subscripts, [shape_of(x) for x in ops])
     return bind(einsum_p, *ops, subscripts=spec)
 
@@ -455,6 +468,23 @@ qr_p = register(
 
 # --- np.linalg functions ------------------------------------------------------------------------
 
+def _real_only(name, a):
+    """The factorizations' rules are those of real matrices (a complex one
+    needs conjugate transposes): a complex matrix is refused, never given a
+    wrong gradient."""
+    if np.dtype(getattr(a, "dtype", np.float64)).kind == "c":
+        raise TypeError(f"np.linalg.{name} of a complex matrix is not supported by tracegrad "
+                        f"(its rules are for real matrices); np.linalg.inv, solve and det "
+                        f"take complex matrices")
+
+
+def _result(name, parts):
+    """NumPy 2's named tuple of that name (EighResult, SVDResult...), which
+    unpacks as the plain tuple; a plain tuple where this NumPy has none."""
+    cls = getattr(getattr(np.linalg, "_linalg", None), name, None)
+    return cls(*parts) if cls is not None else tuple(parts)
+
+
 @method("inverse")
 @implements(np.linalg.inv)
 def inv(a):
@@ -490,7 +520,8 @@ def det(a):
 def slogdet(a):
     """(sign, log|det|); only log|det| carries a gradient."""
     _square_check("slogdet", a)
-    return bind(slogdet_p, a)
+    _real_only("slogdet", a)
+    return _result("SlogdetResult", bind(slogdet_p, a))
 
 
 @method("cholesky")
@@ -498,6 +529,7 @@ def slogdet(a):
 def cholesky(a, upper=False):
     """Lower Cholesky factor L with a = L L^T (the gradient is symmetric)."""
     _square_check("cholesky", a)
+    _real_only("cholesky", a)
     low = bind(cholesky_p, a)
     return _mT(low) if upper else low
 
@@ -506,22 +538,36 @@ def cholesky(a, upper=False):
 def eigh(a, UPLO="L"):
     """Eigenvalues (ascending) and eigenvectors of a symmetric matrix."""
     _square_check("eigh", a)
+    _real_only("eigh", a)
     if UPLO != "L":
         raise NotImplementedError("eigh: only UPLO='L' (the NumPy default) is supported")
-    return bind(eigh_p, a)
+    return _result("EighResult", bind(eigh_p, a))
+
+
+def symmetric_from_triangle(a, UPLO="L"):
+    """The symmetric matrix LAPACK's eigh sees when it reads only the lower
+    (UPLO='L') or upper ('U') triangle of ``a``: NumPy's eigh/eigvalsh are
+    functions of that triangle alone, and so is their gradient through this
+    (the other triangle gets none; an off-diagonal entry counts twice)."""
+    if UPLO not in ("L", "U"):
+        raise ValueError("UPLO argument must be 'L' or 'U'")
+    if UPLO == "L":
+        return add(tril(a), _mT(tril(a, -1)))
+    return add(triu(a), _mT(triu(a, 1)))
 
 
 @implements(np.linalg.svd)
 def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     """Thin SVD (U, S, Vh).  full_matrices=True is not supported (its extra
     columns have no gradient); pass full_matrices=False."""
+    _real_only("svd", a)
     if len(shape_of(a)) < 2:
         raise np.linalg.LinAlgError(f"svd: expected a matrix, got shape {list(shape_of(a))}")
     if full_matrices and compute_uv and _builtins.min(shape_of(a)[-2:]) != _builtins.max(shape_of(a)[-2:]):
         raise NotImplementedError("svd(full_matrices=True) of a non-square matrix is not "
                                   "supported by tracegrad; pass full_matrices=False")
     u, s, vh = bind(svd_p, a)
-    return (u, s, vh) if compute_uv else s
+    return _result("SVDResult", (u, s, vh)) if compute_uv else s
 
 
 @method("qr")
@@ -530,6 +576,7 @@ def qr(a, mode="reduced"):
     """Reduced QR: (Q, R) with Q's columns orthonormal and R upper
     triangular (R alone for mode="r").  The gradient is defined where A has
     full rank, for tall, square and wide matrices."""
+    _real_only("qr", a)
     if len(shape_of(a)) < 2:
         raise np.linalg.LinAlgError(f"qr: expected a matrix, got shape {list(shape_of(a))}")
     m, n = shape_of(a)[-2:]
@@ -540,7 +587,7 @@ def qr(a, mode="reduced"):
     if mode not in ("reduced", "complete", "r"):
         raise NotImplementedError(f"qr: mode={mode!r} is not supported; use 'reduced' or 'r'")
     q, r = bind(qr_p, a)
-    return r if mode == "r" else (q, r)
+    return r if mode == "r" else _result("QRResult", (q, r))
 
 
 @implements(np.linalg.lstsq)
@@ -550,6 +597,7 @@ def lstsq(a, b, rcond=None):
     its gradient through the SVD.  residuals, the squared norm of each
     column of a @ x - b, is given whenever a is tall (NumPy leaves it empty
     when a is rank-deficient); rank is not differentiable."""
+    _real_only("lstsq", a)
     sa, sb = shape_of(a), shape_of(b)
     if len(sa) != 2 or len(sb) not in (1, 2) or sb[0] != sa[0]:
         raise np.linalg.LinAlgError(
@@ -560,7 +608,8 @@ def lstsq(a, b, rcond=None):
         rcond = np.finfo(_float_dtype(Aval(sa, a.dtype))).eps * _builtins.max(m, n)
     x = matmul(pinv(a, rcond), b)
     s = bind(svd_p, a)[1]
-    rank = sum(_ops.greater(stop_gradient(s), stop_gradient(mul(amax(s), rcond))))
+    rank = astype(sum(_ops.greater(stop_gradient(s), stop_gradient(mul(amax(s), rcond)))),
+                  np.int32)   # LAPACK's integer, as NumPy returns it
     if m > n:
         residuals = sum(square(sub(matmul(a, x), b)), axis=0)
         if len(sb) == 1:
@@ -574,7 +623,10 @@ def lstsq(a, b, rcond=None):
 def pinv(a, rcond=None, hermitian=False, *, rtol=None):
     """Moore-Penrose pseudo-inverse through the SVD; singular values below
     rcond * largest are treated as zero."""
+    _real_only("pinv", a)
     sh = shape_of(a)
+    if hermitian and (len(sh) < 2 or sh[-1] != sh[-2]):
+        raise np.linalg.LinAlgError("Last 2 dimensions of the array must be square")
     if rcond is None and rtol is None:
         rcond = _builtins.max(sh[-2:]) * np.finfo(_float_dtype(Aval(sh, a.dtype))).eps
     rcond = rtol if rcond is None else rcond
@@ -660,7 +712,10 @@ def norm(x, ord=None, axis=None, keepdims=False):
     """np.linalg.norm: vector norms along one axis, matrix norms over two
     (ord None/'fro', 'nuc', 1, -1, 2, -2, inf, -inf)."""
     nd = len(shape_of(x))
-    x = x if np.dtype(getattr(x, "dtype", np.float64)).kind == "f" else astype(x, np.float64)
+    if axis is None and ord is not None and nd == 2 or axis is not None and len(
+            (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)) == 2:
+        _complex_svd_check("norm", x, ord)
+    x = _norm_input(x)
     if axis is None:
         if ord is None:
             return _vector_norm(x, None, tuple(range(nd)), keepdims)
@@ -726,6 +781,7 @@ def tensordot(a, b, axes=2, *, dims=None):
 def dot(a, b, out=None):
     """np.dot: products for scalars, matmul up to 2-D, else a sum over a's
     last and b's second-to-last axis."""
+    refuse_out("dot", out)
     na, nb = len(shape_of(a)), len(shape_of(b))
     if na == 0 or nb == 0:
         return mul(a, b)
@@ -736,7 +792,8 @@ def dot(a, b, out=None):
 
 @implements(np.vdot)
 def vdot(a, b):
-    return sum(mul(ravel(a), ravel(b)))
+    """sum(conj(a) * b) of the flattened operands."""
+    return sum(mul(_conj(ravel(a)), ravel(b)))
 
 
 @method("inner")
@@ -772,6 +829,8 @@ def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None, *, dim=None):
         axis = dim
     if axis is not None:
         axisa = axisb = axisc = axis
+    axisa, axisb, axisc = (v.__index__() if hasattr(v, "__index__") else _not_an_int(v)
+                           for v in (axisa, axisb, axisc))
     a, b = moveaxis(a, axisa, -1), moveaxis(b, axisb, -1)
     if shape_of(a)[-1] != 3 or shape_of(b)[-1] != 3:
         raise ValueError(f"cross: both operands need length 3 along the axis; got shapes "
@@ -781,6 +840,10 @@ def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None, *, dim=None):
     c = stack([sub(mul(a1, b2), mul(a2, b1)), sub(mul(a2, b0), mul(a0, b2)),
                sub(mul(a0, b1), mul(a1, b0))], axis=-1)
     return moveaxis(c, -1, axisc)
+
+
+def _not_an_int(v):
+    raise TypeError(f"'{type(v).__name__}' object cannot be interpreted as an integer")
 
 
 @implements(np.diagonal)
@@ -820,12 +883,15 @@ def _diagonal_memory(x, out):
         data.flags.writeable = False
 
 
-method("diagonal")(lambda x, offset=0, dim1=0, dim2=1: diagonal(x, offset, dim1, dim2))
+method("diagonal")(lambda x, offset=0, dim1=0, dim2=1, *, axis1=None, axis2=None:  # torch, NumPy
+                   diagonal(x, offset, dim1 if axis1 is None else axis1,
+                            dim2 if axis2 is None else axis2))
 
 
 @method("trace")
 @implements(np.trace)
 def trace(x, offset=0, axis1=0, axis2=1, dtype=None, out=None):
+    refuse_out("trace", out)
     return sum(diagonal(x, offset, axis1, axis2), axis=-1, dtype=dtype)
 
 
@@ -892,3 +958,201 @@ def addmm(x, mat1, mat2, *, beta=1, alpha=1):
     if alpha != 1:
         prod = mul(prod, alpha)
     return add(x if beta == 1 else mul(x, beta), prod)
+
+
+# --- NumPy 2's np.linalg array-API functions (compositions) -------------------------------------
+
+def _ndim_at_least_2(name, x):
+    if len(shape_of(x)) < 2:
+        raise ValueError(f"{name}: input array must be at least 2-dimensional, got shape "
+                         f"{list(shape_of(x))}")
+
+
+@implements(np.linalg.matrix_transpose, getattr(np, "matrix_transpose", None))
+def matrix_transpose(x, /):
+    """Swap the last two axes (a stack of matrices transposed)."""
+    _ndim_at_least_2("matrix_transpose", x)
+    return swapaxes(x, -1, -2)
+
+
+def _conj(x):
+    return _ops.conj(x) if np.dtype(getattr(x, "dtype", np.float64)).kind == "c" else x
+
+
+def _operand(x):
+    """A tracegrad value as it is; anything else as a NumPy array."""
+    return x if is_value(x) else np.asarray(x)
+
+
+@implements(np.linalg.vecdot)
+def vecdot(x1, x2, /, *, axis=-1):
+    """sum(conj(x1) * x2) along ``axis`` (of each operand), broadcasting the rest."""
+    x1, x2 = _operand(x1), _operand(x2)
+    s1, s2 = shape_of(x1), shape_of(x2)
+    if not s1 or not s2:
+        raise ValueError("vecdot: operands must have at least one dimension (the vector axis)")
+    a, b = moveaxis(x1, axis, -1), moveaxis(x2, axis, -1)
+    if shape_of(a)[-1] != shape_of(b)[-1]:
+        raise ValueError(f"vecdot: the vector axes differ in length ({shape_of(a)[-1]} and "
+                         f"{shape_of(b)[-1]}) for operands of shapes {list(s1)} and {list(s2)}")
+    return sum(mul(_conj(a), b), axis=-1)
+
+
+def _vecdot_ufunc(x1, x2, /, *, axis=None, axes=None, keepdims=False, **kw):
+    """np.vecdot, the generalized ufunc: axis= (or axes=[(a,), (b,), ()]) and keepdims."""
+    if kw:
+        raise TypeError(f"np.vecdot: the keyword(s) {sorted(kw)} are not supported on tracegrad "
+                        f"values; pass axis= and keepdims= only")
+    if axes is not None:
+        if axis is not None:
+            raise TypeError("np.vecdot: pass axis= or axes=, not both")
+        (i1,), (i2,) = axes[0], axes[1]
+        a, b = moveaxis(x1, i1, -1), moveaxis(x2, i2, -1)
+        r = vecdot(a, b)
+    else:
+        r = vecdot(x1, x2, axis=-1 if axis is None else axis)
+    return expand_dims(r, -1) if keepdims else r
+
+
+if isinstance(getattr(np, "vecdot", None), np.ufunc):
+    implements(np.vecdot)(_vecdot_ufunc)
+
+
+def _norm_input(x):
+    """What a norm measures: x (float), |x| (complex: every norm is one of
+    the moduli), or x in float64 (integers and booleans, as NumPy)."""
+    kind = np.dtype(getattr(x, "dtype", np.float64)).kind
+    if kind == "c":
+        return abs(x)
+    return x if kind == "f" else astype(x, np.float64)
+
+
+def _complex_svd_check(name, x, ord):
+    if ord in ("nuc", 2, -2) and np.dtype(getattr(x, "dtype", np.float64)).kind == "c":
+        raise TypeError(f"np.linalg.{name}(..., ord={ord!r}) of a complex matrix needs the "
+                        f"complex SVD, which tracegrad does not support; use ord='fro' or a "
+                        f"real matrix")
+
+
+@implements(np.linalg.vector_norm)
+def vector_norm(x, /, *, axis=None, keepdims=False, ord=2):
+    """The vector norm over ``axis`` (an int, a tuple of axes, or all of
+    them), as one vector."""
+    nd = len(shape_of(x))
+    x = _norm_input(x)
+    if ord is not None and isinstance(ord, str):
+        raise ValueError(f"vector_norm: invalid norm order {ord!r} for vectors")
+    axes = norm_axes(axis, nd)
+    return _vector_norm(x, ord, axes, keepdims)
+
+
+@implements(np.linalg.matrix_norm)
+def matrix_norm(x, /, *, keepdims=False, ord="fro"):
+    """The matrix norm of each matrix of a stack (the last two axes)."""
+    _ndim_at_least_2("matrix_norm", x)
+    _complex_svd_check("matrix_norm", x, ord)
+    nd = len(shape_of(x))
+    return _matrix_norm(_norm_input(x), ord, (nd - 2, nd - 1), keepdims)
+
+
+@implements(np.linalg.svdvals)
+def svdvals(x, /):
+    """The singular values, descending (svd's S)."""
+    return svd(x, compute_uv=False)
+
+
+def _chain_order(dims):
+    """The cheapest parenthesization of a matrix chain (dims[i] x dims[i+1]):
+    split[i][j] is where the product of matrices i..j is cut (as NumPy's)."""
+    n = len(dims) - 1
+    cost = [[0] * n for _ in range(n)]
+    split = [[0] * n for _ in range(n)]
+    for length in range(1, n):
+        for i in range(n - length):
+            j = i + length
+            cost[i][j] = None
+            for k in range(i, j):
+                c = cost[i][k] + cost[k + 1][j] + dims[i] * dims[k + 1] * dims[j + 1]
+                if cost[i][j] is None or c < cost[i][j]:
+                    cost[i][j], split[i][j] = c, k
+    return split
+
+
+@implements(np.linalg.multi_dot)
+def multi_dot(arrays, *, out=None):
+    """The product of a chain of matrices in the cheapest order; the first
+    may be a row vector and the last a column vector (1-D), as in NumPy."""
+    if out is not None:
+        raise TypeError("np.linalg.multi_dot(..., out=) cannot write into a tracegrad value; "
+                        "assign the result instead")
+    arrays = [_operand(a) for a in arrays]
+    n = len(arrays)
+    if n < 2:
+        raise ValueError("Expecting at least two arrays.")
+    if n == 2:
+        return dot(arrays[0], arrays[1])
+    first, last = arrays[0], arrays[-1]
+    nd0, nd1 = len(shape_of(first)), len(shape_of(last))
+    if nd0 == 1:
+        arrays[0] = reshape(first, (1, -1))
+    if nd1 == 1:
+        arrays[-1] = reshape(last, (-1, 1))
+    for a in arrays:
+        if len(shape_of(a)) != 2:
+            raise np.linalg.LinAlgError(f"{len(shape_of(a))}-dimensional array given. Array "
+                                        f"must be two-dimensional")
+    dims = [shape_of(a)[0] for a in arrays] + [shape_of(arrays[-1])[1]]
+    split = _chain_order(dims)
+
+    def prod(i, j):
+        if i == j:
+            return arrays[i]
+        k = split[i][j]
+        return matmul(prod(i, k), prod(k + 1, j))
+
+    r = prod(0, n - 1)
+    if nd0 == 1 and nd1 == 1:
+        return reshape(r, ())
+    if nd0 == 1 or nd1 == 1:
+        return ravel(r)
+    return r
+
+
+def _prod(shape):
+    p = 1
+    for d in shape:
+        p *= d
+    return p
+
+
+@implements(np.linalg.tensorinv)
+def tensorinv(a, ind=2):
+    """The inverse of ``a`` seen as a matrix of its first ``ind`` axes by the rest."""
+    if ind <= 0:
+        raise ValueError("Invalid ind argument.")
+    old = tuple(shape_of(a))
+    inv_shape = old[ind:] + old[:ind]
+    rows = _prod(old[ind:])
+    if _prod(old[:ind]) != rows:
+        raise np.linalg.LinAlgError("Last 2 dimensions of the array must be square")
+    return reshape(inv(reshape(a, (rows, -1) if rows else (0, 0))), inv_shape)
+
+
+@implements(np.linalg.tensorsolve)
+def tensorsolve(a, b, axes=None):
+    """x with tensordot(a, x, x.ndim) = b."""
+    a, b = _operand(a), _operand(b)
+    an, bn = len(shape_of(a)), len(shape_of(b))
+    if axes is not None:
+        allaxes = list(range(an))
+        for k in axes:
+            allaxes.remove(k)
+            allaxes.insert(an, k)
+        a = transpose(a, tuple(allaxes))
+    old = tuple(shape_of(a))[-(an - bn):]
+    p = _prod(old)
+    if _prod(shape_of(a)) != p ** 2:
+        raise np.linalg.LinAlgError(
+            "Input arrays must satisfy the requirement "
+            "prod(a.shape[b.ndim:]) == prod(a.shape[:b.ndim])")
+    return reshape(solve(reshape(a, (p, p)), ravel(b)), old)

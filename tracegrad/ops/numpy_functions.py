@@ -3,10 +3,11 @@
 Everything here is the NumPy face of a function (``@implements(np.xxx)``):
 ``np.median(x)``, ``np.interp(x, xp, fp)``, ``np.cov(m)`` on traced values
 and eager tensors.  Each is built from existing functional ops, so its
-derivative comes from their rules and is never written twice.  Two small
+derivative comes from their rules and is never written twice.  Four small
 rows live here because a composition would be wrong or slow: ``copysign``
-(elementwise, fusible) and ``searchsorted`` (no gradient; a composition would
-compare every x with every breakpoint).
+(elementwise, fusible), ``searchsorted`` (no gradient; a composition would
+compare every x with every breakpoint), ``ldexp`` (x * 2**e exactly, where
+2**e alone overflows or underflows) and ``frexp_exponent`` (no gradient).
 
 The ufunc methods (``np.add.reduce/accumulate/outer/reduceat/at`` and the
 same on the other differentiable binary ufuncs) are ``ufunc_method``, which
@@ -26,12 +27,13 @@ import string
 import numpy as np
 
 from tracegrad.ops.primitives import Aval, bind, register
-from tracegrad.ops._define import implements, norm_axes, NUMPY_FUNCTIONS
+from tracegrad.ops._define import implements, norm_axes, numpy_copy, NUMPY_FUNCTIONS
 from tracegrad.ops.base import (add, sub, mul, div, neg, where, equal, astype, reshape,
                                 transpose, sum, broadcast_to, swapaxes, matmul, is_value,
                                 shape_of, def_elementwise, zeros_rule, zeros_like_value,
-                                less, greater, clone)
-from tracegrad.ops.elementwise import abs, sign, sqrt, clip, isnan, floor
+                                less, greater, clone, logical_and, logical_not)
+from tracegrad.ops.elementwise import (abs, sign, sqrt, clip, isnan, isinf, floor, trunc, rint,
+                                       maximum, minimum)
 from tracegrad.ops.reductions import amax, amin, prod, cumsum, cumprod, logsumexp
 from tracegrad.ops.reductions import all as _all_op, any as _any_op
 from tracegrad.ops.shape import (concatenate, stack, split, moveaxis, expand_dims, ravel,
@@ -191,6 +193,7 @@ def eigh(a, UPLO="L"):
     picks signs per call), and the gradient is the symmetric one, as for 'L'."""
     if UPLO not in ("L", "U"):
         raise ValueError("np.linalg.eigh: UPLO argument must be 'L' or 'U'")
+    a = _linalg.symmetric_from_triangle(a, UPLO)   # NumPy reads that triangle only
     return _linalg.eigh(swapaxes(a, -1, -2) if UPLO == "U" else a)
 
 
@@ -677,6 +680,9 @@ def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=N
             raise ValueError("y has more than 2 dimensions")
     if dtype is None:
         dtype = np.result_type(_dtype(m), *([_dtype(y)] if y is not None else []), np.float64)
+    elif np.dtype(dtype).kind not in "fc":   # NumPy's in-place subtraction of the mean fails
+        raise TypeError(f"tracegrad does not support np.cov(..., dtype={np.dtype(dtype).name}) "
+                        f"(NumPy cannot subtract the float mean in it either); pass a float dtype")
     X = _cast(m, dtype)
     if len(shape_of(X)) < 2:
         X = reshape(X, (1, -1))
@@ -719,7 +725,7 @@ def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=N
     X = sub(X, expand_dims(avg, 1))
     X_T = transpose(X if w is None else mul(X, w))
     with np.errstate(divide="ignore"):
-        scale = np.true_divide(1, fact)  # NumPy multiplies by 1 / fact
+        scale = float(np.true_divide(1, fact))  # NumPy multiplies by 1 / fact, in place
     c = mul(matmul(X, X_T), scale)
     return NUMPY_FUNCTIONS[np.squeeze](c)
 
@@ -856,9 +862,21 @@ def percentile(a, q, axis=None, out=None, overwrite_input=False, method="linear"
 @implements(np.pad)
 def pad(array, pad_width, mode="constant", **kwargs):
     """np.pad: mode constant with one value or per-axis (before, after)
-    values, and edge, reflect, symmetric, wrap (reflect_type 'even' or 'odd')."""
+    values, edge, reflect, symmetric, wrap (reflect_type 'even' or 'odd'),
+    and the statistics modes mean, maximum, minimum, median (stat_length=)
+    and linear_ramp (end_values=).  Always a new array, as NumPy's (also
+    when nothing is padded)."""
+    out = _pad_any(array, pad_width, mode, **kwargs)
+    return numpy_copy(out) if out is array else out
+
+
+def _pad_any(array, pad_width, mode="constant", **kwargs):
     x = _operand(array)
     s = shape_of(x)
+    if mode in _PAD_STAT_KW:
+        return _pad_stat(x, pad_width, mode, kwargs)
+    if isinstance(mode, str) and mode not in _PAD_MODES:
+        raise ValueError(f"mode '{mode}' is not supported")
     width = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (len(s), 2))
     if np.any(width < 0):
         raise ValueError("index can't contain negative values")
@@ -950,6 +968,14 @@ def _ufunc_reduce(ufunc, array, axis=0, dtype=None, out=None, keepdims=False,
                              f"identity, so to use a where mask one has to specify 'initial'")
         x = NUMPY_FUNCTIONS[np.where](_operand(where), x, fill)
         x = broadcast_to(x, s) if shape_of(x) != s else x
+    if initial is not _NOVALUE and len(axes) == 1:
+        # NumPy folds from initial: ((initial op x0) op x1) ..., which for
+        # subtract or divide is not initial op (x0 op x1 ...)
+        first = np.asarray(initial).astype(_dtype(x))
+        x = concatenate([broadcast_to(first, tuple(1 if i == axes[0] else d
+                                                   for i, d in enumerate(shape_of(x)))), x],
+                        axis=axes[0])
+        initial = _NOVALUE
     r = _reduce_one(ufunc, x, axes, keepdims)
     if initial is not _NOVALUE:
         r = _binary_fn(ufunc, "reduce")(initial, r)
@@ -1077,3 +1103,579 @@ def ufunc_method(ufunc, method, inputs, kwargs):
         raise NotImplementedError(f"np.{ufunc.__name__}.{method}: only binary ufuncs have "
                                   f"{method} (NumPy says the same)")
     return impl(ufunc, *inputs, **kwargs)
+
+
+# === more of NumPy: elementwise pairs, NaN-aware reductions, arranging, padding ==============
+#
+# Compositions of the rows, but for two rows: ``ldexp`` (x * 2**e exactly,
+# where 2**e alone may overflow or underflow) and ``frexp_exponent`` (the
+# integer exponent of np.frexp: no gradient, as the exponent of JAX's frexp).
+
+ldexp_p = def_elementwise(
+    "ldexp", lambda xp, x, e: xp.ldexp(x, e), (None, None),
+    "np.ldexp({0}, {1})", "ldexp({0}, {1})",
+    vjp=(lambda g, out, x, e: bind(ldexp_p, g, e), None),
+    jvp=(lambda t, out, x, e: bind(ldexp_p, t, e), None))
+
+frexp_exponent_p = register(
+    "frexp_exponent", lambda xp, x: xp.frexp(x)[1],
+    shape=lambda x: Aval(tuple(x.shape), np.frexp(np.zeros((), x.dtype))[1].dtype),
+    nondiff=True, save_inputs=False, numpy="np.frexp({0})[1]",
+    doc="the integer exponent e of np.frexp(x) = (m, e), x = m * 2**e (no gradient)")
+
+
+def _traced(x):
+    """A symbolic value (its contents are unknown until the compiled call runs)."""
+    return hasattr(x, "_trace")
+
+
+def _np_fn(f):
+    return NUMPY_FUNCTIONS[f]
+
+
+# --- elementwise ------------------------------------------------------------------------------
+
+@implements(np.positive)
+def positive(x, out=None, **kw):
+    """+x: a fresh copy with the same values (NumPy refuses booleans, as here)."""
+    _no_out("positive", out, kw)
+    _ufunc_dtype(np.positive, x)  # NumPy's error for booleans
+    return numpy_copy(x)
+
+
+@implements(np.divmod)
+def divmod_(x1, x2, out=None, **kw):
+    """(x1 // x2, x1 % x2): the quotient is piecewise constant (no gradient),
+    the remainder differentiates like np.remainder."""
+    _no_out("divmod", out, kw)
+    return (_np_fn(np.floor_divide)(x1, x2), _np_fn(np.remainder)(x1, x2))
+
+
+@implements(np.modf)
+def modf(x, out=None, **kw):
+    """(fractional, integral) parts, both with x's sign (modf(-2.0) is
+    (-0.0, -2.0), modf(inf) is (0.0, inf)); d frac/dx = 1, d int/dx = 0."""
+    _no_out("modf", out, kw)
+    dt = np.modf(np.zeros((), _dtype(x)))[0].dtype
+    x = _cast(_operand(x), dt)
+    finite = where(isinf(x), 0.0, x)
+    frac = copysign(sub(finite, trunc(finite)), x)
+    return _cast(frac, dt), _cast(trunc(x), dt)
+
+
+@implements(np.ldexp)
+def ldexp(x1, x2, out=None, **kw):
+    """x1 * 2**x2 for integer x2 (NumPy refuses a float x2); the gradient
+    reaches x1 only."""
+    _no_out("ldexp", out, kw)
+    dt = _ufunc_dtype(np.ldexp, x1, x2)
+    return bind(ldexp_p, _cast(_operand(x1), dt), _operand(x2))
+
+
+@implements(np.frexp)
+def frexp(x, out=None, **kw):
+    """(mantissa, exponent) with x = mantissa * 2**exponent, 0.5 <= |m| < 1;
+    the mantissa is ldexp(x, -exponent), so its gradient is 2**-exponent;
+    the integer exponent has none."""
+    _no_out("frexp", out, kw)
+    dt = np.frexp(np.zeros((), _dtype(x)))[0].dtype
+    x = _cast(_operand(x), dt)
+    e = bind(frexp_exponent_p, x)
+    return bind(ldexp_p, x, neg(e)), e
+
+
+# --- NaN-aware reductions -----------------------------------------------------------------------
+
+def _inexact(x):
+    return _dtype(x).kind in "fc"
+
+
+def _nan_extreme(name, reduce_, combine, a, axis, keepdims, initial, where_):
+    x = _operand(a)
+    kd = False if keepdims is _NOVALUE else bool(keepdims)
+    axes = norm_axes(axis, len(shape_of(x)))
+    if where_ is not _NOVALUE and where_ is not True and initial is _NOVALUE:
+        raise ValueError(f"reduction operation '{'maximum' if name == 'nanmax' else 'minimum'}'"
+                         f" does not have an identity, so to use a where mask one has to "
+                         f"specify 'initial'")
+    dt = _dtype(x)
+    if dt.kind == "f":
+        lo = -np.inf if name == "nanmax" else np.inf
+    elif dt.kind in "iu":
+        lo = np.iinfo(dt).min if name == "nanmax" else np.iinfo(dt).max
+    else:   # booleans
+        lo = name != "nanmax"
+    y = where(isnan(x), lo, x) if _inexact(x) else x
+    if where_ is not _NOVALUE and where_ is not True:
+        y = where(_operand(where_), y, lo)
+        y = broadcast_to(y, shape_of(x)) if shape_of(y) != shape_of(x) else y
+    y = _cast(y, dt)
+    r = reduce_(y, axis=axes, keepdims=kd)
+    if initial is not _NOVALUE:
+        return _cast(combine(r, initial), dt)
+    if _inexact(x):  # an all-NaN slice is NaN (NumPy warns)
+        r = where(_all_op(isnan(x), axis=axes, keepdims=kd), np.nan, r)
+    return _cast(r, dt)
+
+
+@implements(np.nanmax)
+def nanmax(a, axis=None, out=None, keepdims=_NOVALUE, initial=_NOVALUE, where=_NOVALUE):
+    """Largest element ignoring NaNs (NaN for an all-NaN slice); the
+    gradient goes to the selected element(s) as np.max's."""
+    _no_out("nanmax", out)
+    return _nan_extreme("nanmax", amax, maximum, a, axis, keepdims, initial, where)
+
+
+@implements(np.nanmin)
+def nanmin(a, axis=None, out=None, keepdims=_NOVALUE, initial=_NOVALUE, where=_NOVALUE):
+    """Smallest element ignoring NaNs (NaN for an all-NaN slice)."""
+    _no_out("nanmin", out)
+    return _nan_extreme("nanmin", amin, minimum, a, axis, keepdims, initial, where)
+
+
+def _nan_filled(x, value, where_=_NOVALUE):
+    """x with NaN (and, with a where mask, the masked-out entries) replaced by value."""
+    if _inexact(x):
+        x = _cast(where(isnan(x), value, x), _dtype(x))
+    if where_ is not _NOVALUE and where_ is not True:
+        x = _cast(where(_operand(where_), x, value), _dtype(x))   # (broadcast with the mask)
+    return x
+
+
+@implements(np.nanprod)
+def nanprod(a, axis=None, dtype=None, out=None, keepdims=_NOVALUE, initial=_NOVALUE,
+            where=_NOVALUE):
+    """Product treating NaN as one (NaN entries get a zero gradient)."""
+    _no_out("nanprod", out)
+    x = _operand(a)
+    probe = np.nanprod(np.ones((1,) * len(shape_of(x)), _dtype(x)), axis=axis, dtype=dtype)
+    x = _nan_filled(x, 1, where)
+    r = prod(x, axis=norm_axes(axis, len(shape_of(x))),
+             keepdims=False if keepdims is _NOVALUE else bool(keepdims), dtype=dtype)
+    if initial is not _NOVALUE:
+        r = mul(r, initial)
+    return _cast(r, probe.dtype)
+
+
+@implements(np.nancumsum)
+def nancumsum(a, axis=None, dtype=None, out=None):
+    """Running sum treating NaN as zero."""
+    _no_out("nancumsum", out)
+    x = _operand(a)
+    if axis is not None:
+        axis = _axis1(axis, len(shape_of(x)), "nancumsum")
+    return cumsum(_nan_filled(x, 0), axis=axis, dtype=dtype)
+
+
+@implements(np.nancumprod)
+def nancumprod(a, axis=None, dtype=None, out=None):
+    """Running product treating NaN as one."""
+    _no_out("nancumprod", out)
+    x = _operand(a)
+    if axis is not None:
+        axis = _axis1(axis, len(shape_of(x)), "nancumprod")
+    return cumprod(_nan_filled(x, 1), axis=axis, dtype=dtype)
+
+
+def _nanvar(fn, a, axis, dtype, out, ddof, keepdims, where_, mean_, correction):
+    _no_out(fn, out)
+    x = _operand(a)
+    if correction is not _NOVALUE:
+        if ddof != 0:
+            raise ValueError("ddof and correction can't be provided simultaneously.")
+        ddof = correction
+    if dtype is not None:
+        dtype = np.dtype(dtype)
+        if _inexact(x) and dtype.kind not in "fc":
+            raise TypeError("If a is inexact, then dtype must be inexact")
+        x = _cast(x, dtype)
+    elif not _inexact(x):
+        x = _cast(x, np.float64)
+    kd = False if keepdims is _NOVALUE else bool(keepdims)
+    nd = len(shape_of(x))
+    axes = norm_axes(axis, nd)
+    keep = logical_not(isnan(x))
+    if where_ is not _NOVALUE and where_ is not True:
+        keep = logical_and(keep, _operand(where_))
+        if shape_of(keep) != shape_of(x):
+            x = broadcast_to(x, shape_of(keep))
+            keep = broadcast_to(keep, shape_of(x))
+    cnt = sum(_cast(keep, _dtype(x)), axis=axes, keepdims=True)
+    xz = where(keep, x, 0.0)
+    avg = div(sum(xz, axis=axes, keepdims=True), cnt) if mean_ is _NOVALUE else mean_
+    d = where(keep, sub(x, avg), 0.0)
+    v = sum(mul(d, d), axis=axes, keepdims=kd)
+    dof = sub(cnt if kd else reshape(cnt, shape_of(v)), ddof)
+    bad = NUMPY_FUNCTIONS[np.less_equal](dof, 0)
+    # a slice with no degrees of freedom is NaN (NumPy warns)
+    v = where(bad, np.nan, div(v, where(bad, 1.0, dof)))
+    return _cast(v, _dtype(x))
+
+
+@implements(np.nanvar)
+def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=_NOVALUE, *, where=_NOVALUE,
+           mean=_NOVALUE, correction=_NOVALUE):
+    """Variance of the non-NaN entries (NaN where fewer than ddof + 1 remain)."""
+    return _nanvar("nanvar", a, axis, dtype, out, ddof, keepdims, where, mean, correction)
+
+
+@implements(np.nanstd)
+def nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=_NOVALUE, *, where=_NOVALUE,
+           mean=_NOVALUE, correction=_NOVALUE):
+    """Standard deviation of the non-NaN entries."""
+    return sqrt(_nanvar("nanstd", a, axis, dtype, out, ddof, keepdims, where, mean,
+                        correction))
+
+
+# --- arranging: block, broadcasting, meshgrid, delete, insert, resize, piecewise --------------
+
+def _stand_in(v):
+    """A NumPy array of v's shape and dtype that costs no memory (for asking NumPy)."""
+    return np.broadcast_to(np.zeros((), _dtype(v)), shape_of(v))
+
+
+def _block_probe(arrays):
+    if type(arrays) is list:
+        return [_block_probe(a) for a in arrays]
+    return _stand_in(arrays) if is_value(arrays) else arrays
+
+
+@implements(np.block)
+def block(arrays):
+    """Nested lists of blocks joined as NumPy does: the innermost lists along
+    the last axis, each level out one axis further; blocks of fewer
+    dimensions get leading length-1 axes.  NumPy checks the nesting and the
+    shapes (its errors) on stand-ins of the blocks."""
+    probe = np.block(_block_probe(arrays))
+    ndim, dt = probe.ndim, probe.dtype
+
+    def depth(a):
+        return 1 + depth(a[0]) if type(a) is list else 0
+
+    list_ndim = depth(arrays)
+
+    def leaf(a):
+        a = _cast(_operand(a), dt)
+        s = shape_of(a)
+        return reshape(a, (1,) * (ndim - len(s)) + s) if len(s) < ndim else a
+
+    leaves = []
+
+    def leaf_kept(a):
+        leaves.append(leaf(a))
+        return leaves[-1]
+
+    def join_kept(a, level):
+        if type(a) is not list:
+            return leaf_kept(a)
+        parts = [join_kept(b, level + 1) for b in a]
+        return concatenate(parts, axis=-(list_ndim - level)) if len(parts) > 1 else parts[0]
+
+    out = join_kept(arrays, 0)
+    if not is_value(out):
+        return probe.copy()
+    if any(out is v for v in leaves):   # nothing joined: NumPy's result is still a copy
+        out = numpy_copy(out)
+    return _cast(out, dt)
+
+
+@implements(np.broadcast_to)
+def np_broadcast_to(array, shape, subok=False):
+    """NumPy's broadcast_to (it replaces the op layer's torch-leaning
+    broadcast_to for np.broadcast_to): NumPy checks the shape on a
+    stand-in, so a bad shape (-1 included) is NumPy's ValueError."""
+    x = _operand(array)
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    shape = np.broadcast_to(_stand_in(x), shape).shape
+    return x if shape_of(x) == shape else broadcast_to(x, shape)
+
+
+@implements(np.broadcast_arrays)
+def broadcast_arrays(*args, subok=False):
+    """The arguments broadcast to one shape (a tuple, as NumPy 2)."""
+    xs = [_operand(a) for a in args]
+    shape = np.broadcast_shapes(*[shape_of(x) for x in xs])
+    return tuple(x if shape_of(x) == shape else broadcast_to(x, shape) for x in xs)
+
+
+@implements(np.meshgrid)
+def meshgrid(*xi, copy=True, sparse=False, indexing="xy"):
+    """Coordinate arrays from 1-D coordinate vectors (indexing 'xy' swaps
+    the first two axes, as NumPy); sparse keeps the length-1 axes."""
+    if indexing not in ("xy", "ij"):
+        raise ValueError("Valid values for `indexing` are 'xy' and 'ij'.")
+    n = len(xi)
+    ones = (1,) * n
+    out = [reshape(_operand(x), ones[:i] + (-1,) + ones[i + 1:]) for i, x in enumerate(xi)]
+    if indexing == "xy" and n > 1:
+        out[0] = reshape(out[0], (1, -1) + ones[2:])
+        out[1] = reshape(out[1], (-1, 1) + ones[2:])
+    if not sparse:
+        out = list(broadcast_arrays(*out))
+    if copy:   # fresh arrays, as NumPy's, not views of the inputs
+        out = [numpy_copy(o) for o in out]
+    return tuple(out)
+
+
+def _ids(shape, start=0, sign=1):
+    return sign * (np.arange(int(np.prod(shape, dtype=np.int64)), dtype=np.intp) + start) \
+        .reshape(shape)
+
+
+def _positional(obj, fn):
+    if isinstance(obj, (tuple, list)):
+        if any(is_value(o) for o in obj):
+            raise TypeError(f"np.{fn}: obj must be constant (numbers, a slice or an array), "
+                            f"not a tracegrad value: it decides the result's shape")
+        return obj
+    if is_value(obj):
+        raise TypeError(f"np.{fn}: obj must be constant (numbers, a slice or an array), not "
+                        f"a tracegrad value: it decides the result's shape")
+    return obj
+
+
+@implements(np.delete)
+def delete(arr, obj, axis=None):
+    """arr without the entries obj (constant: ints, a slice or a mask) along
+    axis (of the flattened arr when None): one gather, so the deleted
+    entries get no gradient."""
+    x = _operand(arr)
+    src = np.delete(_ids(shape_of(x)), _positional(obj, "delete"), axis=axis)
+    return getitem(ravel(x), src)
+
+
+@implements(np.insert)
+def insert(arr, obj, values, axis=None):
+    """values (traced or constant, cast to arr's dtype) inserted before the
+    positions obj (constant) along axis.  NumPy places the entries, and so
+    checks obj and values, on integer stand-ins; the result is one gather
+    from arr and values, so each gets the gradient of its entries."""
+    x = _operand(arr)
+    v = _operand(values)
+    n = int(np.prod(shape_of(x), dtype=np.int64))
+    placed = np.insert(_ids(shape_of(x), 1), _positional(obj, "insert"),
+                       _ids(shape_of(v), 1, -1), axis=axis)
+    src = np.where(placed > 0, placed - 1, n - placed - 1)
+    both = concatenate([ravel(x), ravel(_cast(v, _dtype(x)))])
+    return getitem(both, src)
+
+
+@implements(np.resize)
+def resize(a, new_shape):
+    """a's entries repeated in order to fill new_shape (zeros for an empty
+    a); a repeated entry gets the gradient of all its copies."""
+    x = _operand(a)
+    shape = (new_shape,) if isinstance(new_shape, (int, np.integer)) else tuple(new_shape)
+    size = 1
+    for d in shape:
+        size *= d
+        if d < 0:
+            raise ValueError("all elements of `new_shape` must be non-negative")
+    n = int(np.prod(shape_of(x), dtype=np.int64))
+    if n == 0 and size == 0:
+        return reshape(x, shape)
+    if n == 0:
+        return np.zeros(shape, _dtype(x))
+    if size == 0:
+        return getitem(ravel(x), np.zeros(shape, np.intp))
+    return getitem(ravel(x), np.arange(size, dtype=np.intp).reshape(shape) % n)
+
+
+@implements(np.piecewise)
+def piecewise(x, condlist, funclist, *args, **kw):
+    """NumPy's piecewise.  Constant conditions (or eager values) select as
+    NumPy does: each function is called on x[cond] only.  Conditions that
+    are traced (known only when the compiled call runs) cannot select a
+    shape, so each function is called on the whole of x and its result
+    taken where its condition holds: the functions must then act elementwise
+    (return x's shape or a scalar), which is checked."""
+    x = _operand(x)
+    xshape = shape_of(x)
+    # NumPy's rule for a single condition; a 0-d tracegrad value stands for
+    # the NumPy scalar (np.bool_) a NumPy function returns there
+    def array_like(c):
+        return isinstance(c, (list, np.ndarray)) or (is_value(c) and len(shape_of(c)) > 0)
+
+    if (np.isscalar(condlist) or (is_value(condlist) and not shape_of(condlist))
+            or (not array_like(condlist[0]) and len(xshape) != 0)):
+        condlist = [condlist]
+    conds = []
+    for c in condlist:
+        if isinstance(c, (list, tuple)) and any(is_value(e) for e in c):
+            c = stack([_operand(e) for e in c])
+        if is_value(c) and _traced(c):
+            conds.append(c if _dtype(c) == np.bool_ else NUMPY_FUNCTIONS[np.not_equal](c, 0))
+        else:
+            conds.append(np.asarray(c, dtype=bool))
+    n, n2 = len(conds), len(funclist)
+    if n == n2 - 1:
+        other = conds[0]
+        for c in conds[1:]:
+            other = NUMPY_FUNCTIONS[np.logical_or](other, c)
+        conds.append(NUMPY_FUNCTIONS[np.logical_not](other))
+        n += 1
+    elif n != n2:
+        raise ValueError(f"with {n} condition(s), either {n} or {n + 1} functions are expected")
+    shapes = {shape_of(c) for c in conds}
+    dt = _dtype(x)
+    if not any(_traced(c) for c in conds):
+        if len(shapes) > 1:
+            np.asarray([np.zeros(s, bool) for s in shapes])  # NumPy's error for ragged lists
+        y = zeros_like_value(x) if is_value(x) else np.zeros_like(x)
+        for cond, func in zip(conds, funclist):
+            if cond.ndim == 0 and len(xshape):  # x[True] is x with a new first axis
+                if cond:
+                    val = func(reshape(x, (1,) + xshape), *args, **kw) if callable(func) \
+                        else func
+                    val = broadcast_to(_cast(_operand(val), dt), (1,) + xshape)
+                    y = reshape(val, xshape)
+                continue
+            if cond.shape != xshape[:cond.ndim]:
+                raise IndexError(f"boolean index did not match indexed array: condition of "
+                                 f"shape {cond.shape}, x of shape {xshape}")
+            if not callable(func):
+                y = setitem(y, cond, _cast(_operand(func), dt))
+            else:
+                vals = getitem(x, cond)
+                if int(np.prod(shape_of(vals))) > 0:
+                    y = setitem(y, cond, _cast(_operand(func(vals, *args, **kw)), dt))
+        return y
+    for c in conds:
+        if shape_of(c) != xshape:
+            raise IndexError(
+                f"np.piecewise: a traced condition must have x's shape {xshape}, not "
+                f"{shape_of(c)} (boolean index did not match indexed array)")
+    y = np.zeros(xshape, dt)
+    for cond, func in zip(conds, funclist):
+        val = func(x, *args, **kw) if callable(func) else func
+        val = _operand(val)
+        if shape_of(val) not in ((), xshape) or (callable(func) and shape_of(val) and
+                                                  not _acts_elementwise(func, args, kw, dt)):
+            raise ValueError(
+                f"np.piecewise with traced conditions (computed from traced values or from "
+                f"arrays the function captures, which are inputs of the compiled call) calls "
+                f"each function on the whole of x and keeps its result where the condition "
+                f"holds, so a function must act elementwise, and "
+                f"{getattr(func, '__name__', func)!r} does not (NumPy calls it on x[cond] "
+                f"only). Compute the conditions from constants (or arguments marked "
+                f"static), or run eagerly (tg.grad(f, compile=False))")
+        y = where(cond, _cast(val, dt), y)
+    return _cast(y, dt)
+
+
+def _acts_elementwise(func, args, kw, dt):
+    """Does func give each element the same result whether it is called on a
+    whole vector or on a part of it?  Asked of NumPy on a few sample points;
+    a function that cannot be called on plain arrays (it uses traced values
+    it captured) is taken to act elementwise, as its shape suggested."""
+    p = (np.linspace(0.15, 0.85, 7) if dt.kind in "fc" else np.arange(1, 8)).astype(dt)
+    try:
+        with np.errstate(all="ignore"):
+            whole = func(p, *args, **kw)
+            parts = [func(p[:3], *args, **kw), func(p[3:], *args, **kw)]
+        if any(is_value(v) for v in [whole] + parts):
+            return True
+        whole = np.broadcast_to(np.asarray(whole), p.shape)
+        got = np.concatenate([np.broadcast_to(np.asarray(parts[0]), (3,)),
+                              np.broadcast_to(np.asarray(parts[1]), (4,))])
+    except Exception:
+        return True
+    return bool(np.allclose(whole, got, rtol=1e-6, atol=1e-12, equal_nan=True))
+
+
+# --- pad: statistics and linear ramps ---------------------------------------------------------
+
+_PAD_MODES = ("constant", "edge", "linear_ramp", "maximum", "mean", "median", "minimum",
+              "reflect", "symmetric", "wrap", "empty")
+_PAD_STAT_KW = {"mean": "stat_length", "maximum": "stat_length", "minimum": "stat_length",
+                "median": "stat_length", "linear_ramp": "end_values"}
+
+
+def _as_pairs(x, ndim, as_index=False):
+    """NumPy's pairing of pad arguments: one value, one (before, after)
+    pair, or one pair per axis."""
+    if x is None:
+        return ((None, None),) * ndim
+    x = _constant(x, "pad", "pad_width, stat_length and end_values")
+    if as_index:
+        x = np.round(x).astype(np.intp, copy=False)
+    if x.ndim < 3:
+        if x.size == 1:
+            x = x.ravel()
+            if as_index and x < 0:
+                raise ValueError("index can't contain negative values")
+            return ((x[0], x[0]),) * ndim
+        if x.size == 2 and x.shape != (2, 1):
+            x = x.ravel()
+            if as_index and (x[0] < 0 or x[1] < 0):
+                raise ValueError("index can't contain negative values")
+            return ((x[0], x[1]),) * ndim
+    if as_index and x.min() < 0:
+        raise ValueError("index can't contain negative values")
+    return np.broadcast_to(x, (ndim, 2)).tolist()
+
+
+def _pad_stat(x, pad_width, mode, kwargs):
+    """NumPy pads one axis after the other, each from the array padded along
+    the axes before it; so does this, with concatenation."""
+    s = shape_of(x)
+    nd = len(s)
+    width = [(int(a), int(b)) for a, b in _as_pairs(pad_width, nd, as_index=True)]
+    extra = set(kwargs) - {_PAD_STAT_KW[mode]}
+    if extra:
+        raise ValueError(f"unsupported keyword arguments for mode '{mode}': {extra}")
+    if int(np.prod(s, dtype=np.int64)) == 0:
+        for ax, (a, b) in enumerate(width):
+            if s[ax] == 0 and (a or b):
+                raise ValueError(f"can't extend empty axis {ax} using modes other than "
+                                 f"'constant' or 'empty'")
+        return reshape(x, tuple(d + a + b for d, (a, b) in zip(s, width)))  # empty too
+    dt = _dtype(x)
+    if mode == "linear_ramp":
+        ends = _as_pairs(kwargs.get("end_values", 0), nd)
+    else:
+        lengths = _as_pairs(kwargs.get("stat_length", None), nd, as_index=True)
+    for ax, (a, b) in enumerate(width):
+        n = shape_of(x)[ax]
+        if mode == "linear_ramp":
+            if not (a or b):
+                continue
+            parts = []
+            if a:
+                edge = reshape(x[_sl(nd, ax, 0)], shape_of(x)[:ax] + shape_of(x)[ax + 1:])
+                parts.append(_cast(linspace(ends[ax][0], edge, a, endpoint=False, dtype=dt,
+                                            axis=ax), dt))
+            parts.append(x)
+            if b:
+                edge = reshape(x[_sl(nd, ax, n - 1)], shape_of(x)[:ax] + shape_of(x)[ax + 1:])
+                ramp = linspace(ends[ax][1], edge, b, endpoint=False, dtype=dt, axis=ax)
+                parts.append(_cast(flip(ramp, ax), dt))
+            x = concatenate(parts, axis=ax)
+            continue
+        lo_len, hi_len = lengths[ax]
+        lo_len = n if lo_len is None or n < lo_len else lo_len
+        hi_len = n if hi_len is None or n < hi_len else hi_len
+        if (lo_len == 0 or hi_len == 0) and mode in ("maximum", "minimum"):
+            raise ValueError("stat_length of 0 yields no value for padding")
+        if not (a or b):
+            continue
+        stats = []
+        for length, start in ((lo_len, 0), (hi_len, n - hi_len)):
+            chunk = x[_sl(nd, ax, slice(start, start + length))]
+            if mode == "mean":
+                st = _np_fn(np.mean)(chunk, axis=ax, keepdims=True)
+            elif mode == "median":
+                st = median(chunk, axis=ax, keepdims=True)
+            else:
+                st = (amax if mode == "maximum" else amin)(chunk, axis=(ax,), keepdims=True)
+            if dt.kind in "iub" and mode in ("mean", "median"):
+                st = rint(st)
+            stats.append(_cast(st, dt))
+        parts = []
+        if a:
+            parts.append(broadcast_to(stats[0], shape_of(x)[:ax] + (a,) + shape_of(x)[ax + 1:]))
+        parts.append(x)
+        if b:
+            parts.append(broadcast_to(stats[1], shape_of(x)[:ax] + (b,) + shape_of(x)[ax + 1:]))
+        x = concatenate(parts, axis=ax)
+    return x

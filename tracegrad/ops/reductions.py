@@ -13,7 +13,7 @@ import collections
 import numpy as np
 
 from tracegrad.ops.primitives import Aval, bind, register
-from tracegrad.ops._define import method, implements, axis_arg, norm_axes, _ops
+from tracegrad.ops._define import method, implements, axis_arg, norm_axes, _ops, refuse_out
 from tracegrad.ops.base import (add, sub, mul, div, log, exp, sum, where, equal, reshape,
                                 astype, stop_gradient, transpose, is_value,
                                 shape_of, expand_reduced, shape_by_eval, zeros_like_value,
@@ -179,38 +179,118 @@ def _count(x, axes):
 
 def _to_float(x):
     dt = np.dtype(getattr(x, "dtype", np.float64))
-    return x if dt.kind == "f" else astype(x, np.float64)
+    return x if dt.kind in "fc" else astype(x, np.float64)
+
+
+def _masked(x, mask, fill):
+    """x where ``mask`` (NumPy's ``where=``) holds, else the reduction's
+    identity ``fill``: the masked elements take no part and get no gradient."""
+    if mask is None or mask is True:
+        return x
+    return where(mask, x, fill)
+
+
+def _as_dtype_of(v, like):
+    dt = np.dtype(getattr(like, "dtype", np.float64))
+    return v if np.dtype(getattr(v, "dtype", dt)) == dt else astype(v, dt)
+
+
+def _initial(initial, res):
+    """NumPy's ``initial=`` cast to the reduction's dtype first (an int
+    reduction with initial=0.5 starts from 0)."""
+    if is_value(initial):
+        return _as_dtype_of(initial, res)
+    with np.errstate(invalid="ignore"):
+        return np.array(initial).astype(np.dtype(getattr(res, "dtype", np.float64)))
+
+
+def _mask_count(x, mask, axes, keepdims):
+    """How many elements ``mask`` selects in each reduced group (float64)."""
+    if mask is None or mask is True:
+        return _count(x, axes)
+    m = _ops.broadcast_to(mask, tuple(shape_of(x)))
+    return sum(astype(m, np.float64), axis=axes, keepdims=keepdims)
+
+
+def _float_dtype_only(name, dtype):
+    if dtype is not None and np.dtype(dtype).kind not in "fc":
+        raise TypeError(f"tracegrad does not support np.{name}(..., dtype={np.dtype(dtype).name}): "
+                        f"an integer accumulator truncates every element; compute in floating "
+                        f"point and convert the result (np.{name}(x).astype(...))")
 
 
 @implements(np.mean)
 def mean(x, axis=None, dtype=None, out=None, keepdims=False, *, dim=None, keepdim=None,
          where=None):
-    """Arithmetic mean: sum / count (integers average in float64, as NumPy)."""
-    if where is not None:
-        raise TypeError("mean(where=) is not supported by tracegrad; use where() to mask")
+    """Arithmetic mean: sum / count (integers average in float64, as NumPy);
+    ``where=`` averages the selected elements: sum(where) / count(where)."""
+    refuse_out("mean", out)
     axes = _axes(x, axis, dim)
-    x = _to_float(x) if dtype is None else astype(x, dtype)
-    return div(sum(x, axis=axes, keepdims=_keep(keepdims, keepdim)), _count(x, axes))
+    k = _keep(keepdims, keepdim)
+    acc = _to_float(x) if dtype is None else astype(x, dtype)
+    total = sum(_masked(acc, where, 0), axis=axes, keepdims=k)
+    res = div(total, _mask_count(x, where, axes, k))
+    res_dtype = np.dtype(dtype) if dtype is not None else np.dtype(getattr(acc, "dtype",
+                                                                            np.float64))
+    return res if np.dtype(getattr(res, "dtype", res_dtype)) == res_dtype else astype(res,
+                                                                                      res_dtype)
 
 
 @implements(np.prod)
-def prod(x, axis=None, dtype=None, out=None, keepdims=False, *, dim=None, keepdim=None,
-         **kw):
-    """Product of elements; its gradient is exact where elements are zero."""
+def prod(x, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None, *,
+         dim=None, keepdim=None):
+    """Product of elements; its gradient is exact where elements are zero.
+    ``where=`` multiplies the selected elements, ``initial=`` multiplies in."""
+    refuse_out("prod", out)
     if dtype is not None:
         x = astype(x, dtype)
-    return bind(prod_p, x, axis=_axes(x, axis, dim), keepdims=_keep(keepdims, keepdim))
+    res = bind(prod_p, _masked(x, where, 1), axis=_axes(x, axis, dim),
+               keepdims=_keep(keepdims, keepdim))
+    if initial is not None:
+        res = _as_dtype_of(mul(res, _initial(initial, res)), res)
+    return res
+
+
+def _extreme(name, prim, pairwise, x, axis, out, keepdims, dim, keepdim, initial, mask):
+    refuse_out(name, out)
+    if initial is not None:
+        initial = _initial(initial, x)
+    if mask is not None and mask is not True:
+        if initial is None:
+            raise ValueError(f"reduction operation '{'maximum' if name == 'max' else 'minimum'}' "
+                             f"does not have an identity, so to use a where mask one has to "
+                             f"specify 'initial'")
+        x = where(mask, x, initial)
+    res = bind(prim, x, axis=_axes(x, axis, dim), keepdims=_keep(keepdims, keepdim))
+    if initial is not None:    # NumPy's initial= takes part in the reduction
+        res = _as_dtype_of(pairwise(res, _initial(initial, res)), res)
+    return res
 
 
 @implements(np.amax, np.max)
-def amax(x, axis=None, out=None, keepdims=False, *, dim=None, keepdim=None, **kw):
-    """Largest element (NumPy style: an array, never indices)."""
-    return bind(amax_p, x, axis=_axes(x, axis, dim), keepdims=_keep(keepdims, keepdim))
+def amax(x, axis=None, out=None, keepdims=False, initial=None, where=None, *, dim=None,
+         keepdim=None):
+    """Largest element (NumPy style: an array, never indices); ``initial=``
+    takes part as one more element, ``where=`` (with initial) selects."""
+    return _extreme("max", amax_p, maximum, x, axis, out, keepdims, dim, keepdim, initial, where)
 
 
 @implements(np.amin, np.min)
-def amin(x, axis=None, out=None, keepdims=False, *, dim=None, keepdim=None, **kw):
-    return bind(amin_p, x, axis=_axes(x, axis, dim), keepdims=_keep(keepdims, keepdim))
+def amin(x, axis=None, out=None, keepdims=False, initial=None, where=None, *, dim=None,
+         keepdim=None):
+    return _extreme("min", amin_p, minimum, x, axis, out, keepdims, dim, keepdim, initial, where)
+
+
+def sum_keywords(x, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None,
+                 **kw):
+    """np.sum's ``out=``, ``initial=`` and ``where=`` (base.sum sends them here)."""
+    refuse_out("sum", out)
+    if kw:
+        raise TypeError(f"sum() got an unexpected keyword argument {next(iter(kw))!r}")
+    res = sum(_masked(x, where, 0), axis=axis, dtype=dtype, keepdims=keepdims)
+    if initial is not None:
+        res = _as_dtype_of(add(res, _initial(initial, res)), res)
+    return res
 
 
 max = amax
@@ -259,22 +339,28 @@ def _arg(prim, x, axis, dim, keepdims, keepdim):
 @implements(np.argmax)
 def argmax(x, axis=None, out=None, keepdims=False, *, dim=None, keepdim=None):
     """Index of the largest element (no gradient)."""
+    refuse_out("argmax", out)
     return _arg(argmax_p, x, axis, dim, keepdims, keepdim)
 
 
 @implements(np.argmin)
 def argmin(x, axis=None, out=None, keepdims=False, *, dim=None, keepdim=None):
+    refuse_out("argmin", out)
     return _arg(argmin_p, x, axis, dim, keepdims, keepdim)
 
 
 @implements(np.all)
 def all(x, axis=None, out=None, keepdims=False, *, dim=None, keepdim=None, where=None):
-    """True where every element is nonzero (no gradient)."""
+    """True where every element is nonzero (no gradient); ``where=`` selects."""
+    refuse_out("all", out)
+    x = _masked(x, where, True)
     return bind(all_p, x, axis=_axes(x, axis, dim), keepdims=_keep(keepdims, keepdim))
 
 
 @implements(np.any)
 def any(x, axis=None, out=None, keepdims=False, *, dim=None, keepdim=None, where=None):
+    refuse_out("any", out)
+    x = _masked(x, where, False)
     return bind(any_p, x, axis=_axes(x, axis, dim), keepdims=_keep(keepdims, keepdim))
 
 
@@ -302,29 +388,53 @@ def _correction(ddof, correction, unbiased, default):
     return default
 
 
-def _var(x, axis, dim, keepdims, keepdim, ddof):
+def _var(x, axis, dim, keepdims, keepdim, ddof, mask=None, given_mean=None):
     axes = _axes(x, axis, dim)
     x = _to_float(x)
     k = _keep(keepdims, keepdim)
-    centred = sub(x, mean(x, axis=axes, keepdims=True))
-    n = _count(x, axes)
-    return div(sum(mul(centred, centred), axis=axes, keepdims=k), _builtins.max(n - ddof, 0))
+    if given_mean is None:
+        given_mean = mean(x, axis=axes, keepdims=True, where=mask)
+    centred = sub(x, given_mean)
+    if np.dtype(centred.dtype).kind == "c":   # |x - mean|^2, real as in NumPy
+        re, im = _ops.real(centred), _ops.imag(centred)
+        squares = add(mul(re, re), mul(im, im))
+    else:
+        squares = mul(centred, centred)
+    total = sum(_masked(squares, mask, 0), axis=axes, keepdims=k)
+    if mask is None or mask is True:
+        return div(total, _builtins.max(_count(x, axes) - ddof, 0))
+    return div(total, maximum(sub(_mask_count(x, mask, axes, k), ddof), 0.0))
+
+
+def _numpy_var(name, x, axis, dtype, out, ddof, keepdims, dim, keepdim, correction, unbiased,
+               where, mean):
+    refuse_out(name, out)
+    _float_dtype_only(name, dtype)
+    res = _var(x, axis, dim, keepdims, keepdim,
+               _correction(ddof if ddof else None, correction, unbiased, 0), where, mean)
+    if name == "std":
+        res = sqrt(res)
+    if dtype is not None and np.dtype(dtype) != np.dtype(res.dtype):
+        res = astype(res, dtype)
+    return res
 
 
 @implements(np.var)
 def var(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, dim=None, keepdim=None,
         correction=None, unbiased=None, where=None, mean=None):
-    """Variance, NumPy's default ``ddof=0`` (two passes, so it stays accurate)."""
-    return _var(x, axis, dim, keepdims, keepdim, _correction(ddof if ddof else None, correction,
-                                                             unbiased, 0))
+    """Variance, NumPy's default ``ddof=0`` (two passes, so it stays accurate);
+    ``where=`` selects the elements, ``mean=`` is a mean already computed
+    (with keepdims=True)."""
+    return _numpy_var("var", x, axis, dtype, out, ddof, keepdims, dim, keepdim, correction,
+                      unbiased, where, mean)
 
 
 @implements(np.std)
 def std(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, dim=None, keepdim=None,
         correction=None, unbiased=None, where=None, mean=None):
     """Standard deviation, NumPy's default ``ddof=0``."""
-    return sqrt(var(x, axis=axis, ddof=ddof, keepdims=keepdims, dim=dim, keepdim=keepdim,
-                    correction=correction, unbiased=unbiased))
+    return _numpy_var("std", x, axis, dtype, out, ddof, keepdims, dim, keepdim, correction,
+                      unbiased, where, mean)
 
 
 def _var_method(x, dim=None, unbiased=None, keepdim=False, *, correction=None, axis=None,
@@ -355,6 +465,9 @@ def logsumexp(x, axis=None, keepdims=False, *, dim=None, keepdim=None):
     return out
 
 
+where_ = where
+
+
 def _scan(prim, x, axis, dtype, dim):
     """A running reduction along one axis (NumPy: the flattened array when
     axis is None)."""
@@ -370,6 +483,7 @@ def _scan(prim, x, axis, dtype, dim):
 @implements(np.cumsum)
 def cumsum(x, axis=None, dtype=None, out=None, *, dim=None):
     """Running sum along an axis."""
+    refuse_out("cumsum", out)
     return _scan(cumsum_p, x, axis, dtype, dim)
 
 
@@ -377,21 +491,34 @@ def cumsum(x, axis=None, dtype=None, out=None, *, dim=None):
 @implements(np.cumprod)
 def cumprod(x, axis=None, dtype=None, out=None, *, dim=None):
     """Running product; the gradient is exact with zeros (quadratic in the axis length)."""
+    refuse_out("cumprod", out)
     return _scan(cumprod_p, x, axis, dtype, dim)
 
 
 @implements(np.nansum)
-def nansum(x, axis=None, dtype=None, out=None, keepdims=False, *, dim=None, keepdim=None):
+def nansum(x, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None, *,
+           dim=None, keepdim=None):
     """Sum treating NaN as zero (NaN entries get zero gradient)."""
-    return sum(where(isnan(x), 0.0, x), axis=axis_arg(axis, dim),
-               keepdims=_keep(keepdims, keepdim), dtype=dtype)
+    refuse_out("nansum", out)
+    if np.dtype(getattr(x, "dtype", np.float64)).kind in "fc":   # integers have no NaN
+        x = where_(isnan(x), 0.0, x)
+    return sum_keywords(x, axis=axis_arg(axis, dim), dtype=dtype,
+                        keepdims=_keep(keepdims, keepdim), initial=initial, where=where)
 
 
 @implements(np.nanmean)
-def nanmean(x, axis=None, dtype=None, out=None, keepdims=False, *, dim=None, keepdim=None):
-    """Mean over the non-NaN entries."""
+def nanmean(x, axis=None, dtype=None, out=None, keepdims=False, *, dim=None, keepdim=None,
+            where=None):
+    """Mean over the non-NaN entries (and those ``where=`` selects)."""
+    refuse_out("nanmean", out)
+    _float_dtype_only("nanmean", dtype)
     a = axis_arg(axis, dim)
     k = _keep(keepdims, keepdim)
-    count = sum(astype(_ops.logical_not(isnan(x)), getattr(x, "dtype", np.float64)),
-                axis=a, keepdims=k)
-    return div(nansum(x, axis=a, keepdims=k), count)
+    keep = _ops.logical_not(isnan(x))
+    if where is not None and where is not True:
+        keep = _ops.logical_and(keep, where)
+    count = sum(astype(keep, getattr(x, "dtype", np.float64)), axis=a, keepdims=k)
+    res = div(nansum(x, axis=a, keepdims=k, where=where), count)
+    if dtype is not None and np.dtype(dtype) != np.dtype(res.dtype):
+        res = astype(res, dtype)
+    return res

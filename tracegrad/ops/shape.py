@@ -295,6 +295,12 @@ def concatenate(arrays, axis=_DEFAULT, out=None, dtype=None, *, dim=None, castin
                 f"concatenate: all shapes must match except along axis {axis}; got "
                 f"{[list(shape_of(v)) for v in xs]}")
     if dtype is not None:
+        casting = "same_kind" if casting is None else casting
+        for x in xs:
+            if not np.can_cast(np.dtype(x.dtype), np.dtype(dtype), casting):
+                raise TypeError(f"Cannot cast array data from dtype({str(np.dtype(x.dtype))!r}) "
+                                f"to dtype({str(np.dtype(dtype))!r}) according to the rule "
+                                f"{casting!r}")
         xs = [astype(x, dtype) for x in xs]
     return bind(concatenate_p, *xs, axis=axis)
 
@@ -313,19 +319,21 @@ def stack(arrays, axis=_DEFAULT, out=None, *, dim=None, dtype=None, casting=None
     if len(shapes) != 1:
         raise ValueError(f"stack expects each tensor to be equal size, got "
                          f"{[list(shape_of(x)) for x in xs]}")
-    return concatenate([expand_dims(x, axis) for x in xs], axis=axis, dtype=dtype)
+    return concatenate([expand_dims(x, axis) for x in xs], axis=axis, dtype=dtype,
+                       casting=casting)
 
 
 @implements(np.hstack)
 def hstack(tup, *, dtype=None, casting=None):
     xs = atleast_1d(*tup) if len(tup) > 1 else [atleast_1d(*tup)]
-    return concatenate(xs, axis=0 if len(shape_of(xs[0])) == 1 else 1, dtype=dtype)
+    return concatenate(xs, axis=0 if len(shape_of(xs[0])) == 1 else 1, dtype=dtype,
+                       casting=casting)
 
 
 @implements(np.vstack)
 def vstack(tup, *, dtype=None, casting=None):
     xs = atleast_2d(*tup) if len(tup) > 1 else [atleast_2d(*tup)]
-    return concatenate(xs, axis=0, dtype=dtype)
+    return concatenate(xs, axis=0, dtype=dtype, casting=casting)
 
 
 @implements(np.column_stack)
@@ -570,9 +578,23 @@ def diff(x, n=1, axis=_DEFAULT, prepend=None, append=None, *, dim=None):
     return x
 
 
+def _sort_options(kind, order, select=False):
+    """NumPy's ``kind=`` (every sort kind gives the same result; tracegrad
+    sorts stably) and ``order=`` (field names: tracegrad values have no fields)."""
+    if select:
+        if kind != "introselect":
+            raise ValueError(f"select kind must be 'introselect' (got {kind!r})")
+    elif kind is not None and kind not in ("quicksort", "mergesort", "heapsort", "stable",
+                                          "q", "m", "h", "s"):
+        raise ValueError(f"sort kind must be one of 'quick', 'heap', or 'stable' (got {kind!r})")
+    if order is not None:
+        raise ValueError("Cannot specify order when the array has no fields.")
+
+
 @implements(np.sort)
 def sort(x, axis=-1, kind=None, order=None, *, stable=None):
     """Sorted values (stable); the gradient follows each element to its place."""
+    _sort_options(kind, order)
     if axis is None:
         x, axis = ravel(x), 0
     return bind(sort_p, x, axis=_norm_axis(axis, len(shape_of(x))))
@@ -593,6 +615,7 @@ def _sort_method(x, dim=-1, descending=False, stable=False):
 @implements(np.argsort)
 def argsort(x, axis=-1, kind=None, order=None, *, stable=None, dim=None, descending=False):
     """Indices that sort x (stable; no gradient)."""
+    _sort_options(kind, order)
     axis = axis_arg(axis, dim)
     if axis is None:
         x, axis = ravel(x), 0
@@ -606,6 +629,7 @@ method("argsort")(argsort)   # NumPy's axis, kind, order and torch's dim, descen
 
 @implements(np.argpartition)
 def argpartition(x, kth, axis=-1, kind="introselect", order=None):
+    _sort_options(kind, order, select=True)
     if axis is None:
         x, axis = ravel(x), 0
     kth = tuple(int(k) for k in kth) if isinstance(kth, (tuple, list)) else int(kth)
@@ -615,6 +639,7 @@ def argpartition(x, kth, axis=-1, kind="introselect", order=None):
 @implements(np.partition)
 def partition(x, kth, axis=-1, kind="introselect", order=None):
     """np.partition: gathered through argpartition, so values and gradient agree."""
+    _sort_options(kind, order, select=True)
     if axis is None:
         x, axis = ravel(x), 0
     return _ops.take_along_axis(x, argpartition(x, kth, axis), axis=axis)

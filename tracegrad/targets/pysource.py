@@ -83,6 +83,8 @@ def literal(value):
         return repr(bool(value))
     if isinstance(value, (int, np.integer)):
         return repr(int(value))
+    if isinstance(value, (complex, np.complexfloating)):
+        return f"complex({literal(value.real)}, {literal(value.imag)})"
     v = float(value)
     if math.isnan(v):
         return "np.nan"
