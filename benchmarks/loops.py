@@ -30,6 +30,15 @@ float64[``--memory-size``] state with ``checkpoint=True`` (every
 ceil(sqrt(n))-th carry stored), against storing every carry at a tenth of
 the steps.
 
+Then the loop that writes into an array, ``out[i] = np.sin(out[i - 1]) * a +
+x`` over a float64[n, 3] ``out`` the function made (``--writes-steps``):
+the time to build its gradient (trace, adjoint, passes and code generation:
+``value_and_grad(...).lower``) with the loop rewritten into one scan node,
+against the loop traced as written (then rolled after tracing, as before the
+rewrite took item assignments; up to ``--writes-written-max`` steps), and a
+later call up to ``--writes-call-max`` steps (the scan stores its carry,
+the whole array, every step for reverse mode: time and memory grow as n^2).
+
 Timings on a shared machine are noisy; compare within one run.
 """
 import os
@@ -182,6 +191,61 @@ def memory(n, d):
             print(f"{'':>9}gradient == every-carry gradient (rtol 1e-12): {same}")
 
 
+def sim_writes(x, a, n):
+    """A simulation that writes its state into the rows of an array."""
+    out = np.zeros((n, 3))
+    out[0] = x
+    for i in range(1, n):
+        out[i] = np.sin(out[i - 1]) * a + x
+    return np.sum(out ** 2)
+
+
+def _build_time(n, rewrite=True):
+    """Seconds to trace and generate sim_writes's gradient; whether it has a scan node."""
+    from tracegrad.frontend import loop_rewrite
+    saved = loop_rewrite.rewrite
+    if not rewrite:     # the loop traced as written (then rolled after tracing)
+        loop_rewrite.rewrite = lambda fn: None
+    try:
+        x = np.array([0.3, -0.2, 0.5])
+        f = tg.value_and_grad(sim_writes, argnums=(0, 1), static_argnums=(2,), backend="numpy")
+        t0 = time.perf_counter()
+        low = f.lower(x, 0.7, n)
+        dt = time.perf_counter() - t0
+    finally:
+        loop_rewrite.rewrite = saved
+    return dt, any(d["op"] == "scan" for _, d in low.graph.nodes(data=True))
+
+
+def writes(steps, written_max, call_max, calls):
+    print("\nout[i] = np.sin(out[i - 1]) * a + x, out float64[n, 3]: building the gradient "
+          "(value_and_grad(...).lower: trace, adjoint, passes, codegen)")
+    print(f"{'steps':>7}  {'how':<44}{'build s':>9}{'scan':>6}{'per call ms':>13}")
+    x = np.array([0.3, -0.2, 0.5])
+    for n in steps:
+        _build_time(n)      # the first build of a size pays imports and first paths
+        dt = min(_build_time(n)[0] for _ in range(3))
+        rolled = _build_time(n)[1]
+        per = ""
+        if n <= call_max:
+            f = tg.value_and_grad(sim_writes, argnums=(0, 1), static_argnums=(2,),
+                                  backend="numpy")
+            v, g = f(x, 0.7, n)
+            ts = []
+            for _ in range(calls):
+                t0 = time.perf_counter()
+                f(x, 0.7, n)
+                ts.append(time.perf_counter() - t0)
+            per = f"{statistics.median(ts) * 1e3:.2f}"
+            assert np.isclose(v, sim_writes(x, 0.7, n), rtol=1e-12)
+        print(f"{n:>7}  {'loop rewritten into one scan node':<44}{dt:>9.3f}"
+              f"{'yes' if rolled else 'no':>6}{per:>13}")
+        if n <= written_max:
+            dt, rolled = _build_time(n, rewrite=False)
+            print(f"{n:>7}  {'traced as written (rolled after tracing)':<44}{dt:>9.3f}"
+                  f"{'yes' if rolled else 'no':>6}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", default="10,100,1000,10000,100000")
@@ -191,7 +255,18 @@ def main():
     ap.add_argument("--memory-steps", type=int, default=100000,
                     help="steps of the memory run (0: skip it)")
     ap.add_argument("--memory-size", type=int, default=1000, help="state size of the memory run")
+    ap.add_argument("--writes-steps", default="100,1000,10000,100000",
+                    help="steps of the out[i] = f(out[i - 1]) loop (empty: skip it)")
+    ap.add_argument("--writes-written-max", type=int, default=10000,
+                    help="largest n for that loop traced as written")
+    ap.add_argument("--writes-call-max", type=int, default=1000,
+                    help="largest n for which that loop's gradient is called")
+    ap.add_argument("--writes-only", action="store_true", help="only the writes table")
     args = ap.parse_args()
+    wsteps = [int(s) for s in args.writes_steps.split(",") if s]
+    if args.writes_only:
+        writes(wsteps, args.writes_written_max, args.writes_call_max, args.calls)
+        return
     steps = [int(s) for s in args.steps.split(",") if s]
     print(f"{'steps':>7}  {'system':<32}{'compile s':>10}{'per call ms':>13}{'peak KiB':>10}")
     for n in steps:
@@ -211,6 +286,8 @@ def main():
             print(f"{n:>7}  {name:<32}{comp:>10.3f}{per * 1e3:>13.3f}{peak / 1024:>10.1f}{note}")
     if args.memory_steps:
         memory(args.memory_steps, args.memory_size)
+    if wsteps:
+        writes(wsteps, args.writes_written_max, args.writes_call_max, args.calls)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,18 @@ Updates through a view, and item assignments, are refused by the compiled
 modes with a TraceError (compiled code has no shared memory): counted as
 ``refused`` / ``func_refused``, not failed.
 
+``--imperative N`` runs N random *imperative* NumPy programs instead (see
+``tests/_random_imperative_programs.py``): arrays the function creates and
+writes into through indices, masks, views, np.add.at, loops, x.sort() and
+branches on conversions, each run as plain NumPy, compiled (``tg.compile``
+twice, ``tg.value_and_grad``) and with ``compile=False``
+(``tg.value_and_grad(f, compile=False)``): values equal to NumPy's,
+gradients to central finite differences, every refusal a TraceError /
+TypeError naming the line, classified (by design, pending, known).  Exits 1
+on a wrong value or an unexpected crash or refusal (and, with
+``--strict-known``, on the known crashes).  The CI part is
+``tests/test_random_imperative_programs.py``.
+
 ``--seed N --start k --count 1`` reruns program ``k``.  Prints progress and
 a summary (programs run, failures by kind and by op); each failure's
 reproducer (the program as a runnable script) goes to
@@ -102,7 +114,13 @@ def main(argv=None):
     ap.add_argument("--strict-bits", action="store_true",
                     help="exit 1 on the known bit-level replay differences too (BIT_LEVEL)")
     ap.add_argument("--progress", type=int, default=250, help="print progress every N programs")
+    ap.add_argument("--imperative", type=int, default=None, metavar="N",
+                    help="run N random imperative programs (writes into arrays) instead")
+    ap.add_argument("--strict-known", action="store_true",
+                    help="--imperative: exit 1 on the known crashes too")
     args = ap.parse_args(argv)
+    if args.imperative is not None:
+        return imperative(args)
 
     # an isolated compile cache, unless the caller chose one
     tmp = None
@@ -239,6 +257,81 @@ def main(argv=None):
     if tmp is not None:
         tmp.cleanup()
     return 1 if wrong or (failures and args.strict_bits) else 0
+
+
+def imperative(args):
+    """``--imperative N``: the random imperative programs, every mode."""
+    tmp = None
+    if "TRACEGRAD_CACHE_DIR" not in os.environ:
+        tmp = tempfile.TemporaryDirectory(prefix="tracegrad-random-imperative-")
+        os.environ["TRACEGRAD_CACHE_DIR"] = os.path.join(tmp.name, "cache")
+    backend = args.backend or os.environ.get("TRACEGRAD_BACKEND") or "numpy"
+    os.environ["TRACEGRAD_BACKEND"] = backend
+
+    import tracegrad as tg
+    import _random_imperative_programs as rip
+
+    print(f"tracegrad {tg.__version__}, compiled target: {backend}")
+    print("  imperative NumPy programs: NumPy, compiled (compile twice, value_and_grad), "
+          "compile=False (value_and_grad)" + ("" if args.no_fd else ", finite differences"))
+    exclude = () if args.include_known_crashes else rip.KNOWN_WRONG
+    by_kind, refusals, known, tags = (collections.Counter() for _ in range(4))
+    checked = collections.Counter()
+    failures = []
+    os.makedirs(args.out, exist_ok=True)
+    t0 = time.time()
+    end = args.start + args.imperative
+    for k in range(args.start, end):
+        prog = rip.generate(rip.RngChooser([args.seed, k, 2]), seed=(args.seed, k), exclude=exclude)
+        tags.update(set(prog.tags))
+        try:
+            out = rip.check_program(prog, fd=not args.no_fd)
+            refusals.update(f"{m}: {r}" for m, r in out.refusals.items())
+            known.update(f"{m}: {r}" for m, r in out.known.items())
+            checked.update(out.checked)
+            checked["programs passed"] += 1
+            checked["finite differences did not converge"] += out.fd_unreliable
+        except rip.Failure as e:
+            by_kind[e.kind] += 1
+            path = os.path.join(args.out, f"imperative_failure_{k}_{e.kind}.py")
+            with open(path, "w") as fh:
+                fh.write(f"# imperative program {k} of --seed {args.seed}: [{e.kind}]\n")
+                fh.write("".join(f"# {line}\n" for line in str(e.detail).splitlines()))
+                fh.write(f"# statements: {' '.join(prog.tags)}\n\n")
+                fh.write(prog.reproducer())
+            failures.append((k, e.kind, path))
+            print(f"  FAIL program {k}: [{e.kind}] -> {path}", flush=True)
+        done = k - args.start + 1
+        if done % args.progress == 0 or k == end - 1:
+            dt = time.time() - t0
+            print(f"{done}/{args.imperative} programs, {len(failures)} failures, {dt:.0f} s "
+                  f"({1000 * dt / done:.0f} ms/program)", flush=True)
+        if done % 1000 == 0:
+            tg.clear_cache(disk=False)
+    dt = time.time() - t0
+    print()
+    print(f"imperative programs run: {args.imperative} (seed {args.seed}, programs "
+          f"{args.start}..{end - 1}) in {dt:.0f} s, target {backend}")
+    print(f"  passed: {checked['programs passed']}; numbers compared: compiled "
+          f"{checked['compiled']}, compile=False {checked['eager']}; finite differences did "
+          f"not converge (stiff programs: the modes compared with each other only): "
+          f"{checked['finite differences did not converge']}")
+    print(f"failed (a wrong value or gradient, an unexpected crash or refusal): {len(failures)}")
+    for kind, n in by_kind.most_common():
+        print(f"  {n:6d}  {kind}")
+    print("refusals (clear TraceError/TypeError naming the line), by mode and reason:")
+    for r, n in refusals.most_common():
+        print(f"  {n:6d}  {r}")
+    print("known crashes (tests/_random_imperative_programs.py KNOWN_CRASHES), by mode:")
+    for r, n in known.most_common():
+        print(f"  {n:6d}  {r}")
+    print("statements generated (count of programs):")
+    print("  " + ", ".join(f"{t} {n}" for t, n in sorted(tags.items())))
+    if failures:
+        print(f"reproducers in {os.path.abspath(args.out)}/")
+    if tmp is not None:
+        tmp.cleanup()
+    return 1 if failures or (known and args.strict_known) else 0
 
 
 if __name__ == "__main__":

@@ -19,6 +19,17 @@ static inline float tg_sinpif(float x) { return (float)sin(M_PI * (double)x); }
 #define sinpi(x) tg_sinpi(x)
 #define sinpif(x) tg_sinpif(x)
 
+// fmax and fmin as NumPy's array loops compute them (the NaN operand loses;
+// on a tie, signed zeros included, the second operand wins), written as a
+// compare and select that the vector loop inlines: C's fmax is a libm call
+// per element, which gcc does not vectorise without -ffinite-math-only (it
+// kept np.fmax, and logaddexp's loop with its exp and log1p, scalar).
+// codegen.py's _c_math calls these for floating operands.
+static inline double tg_fmax(double a, double b) { return (a > b || isnan(b)) ? a : b; }
+static inline float tg_fmaxf(float a, float b) { return (a > b || isnan(b)) ? a : b; }
+static inline double tg_fmin(double a, double b) { return (a < b || isnan(b)) ? a : b; }
+static inline float tg_fminf(float a, float b) { return (a < b || isnan(b)) ? a : b; }
+
 // Floor division and remainder as NumPy computes them (Python's // and %);
 // integer division by zero gives 0, as in NumPy (which also warns).
 #define TG_INT_DIVMOD(T, N) \

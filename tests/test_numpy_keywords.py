@@ -131,6 +131,10 @@ CALLS = {
     "transpose": Call(X), "tril": Call(X), "triu": Call(X), "pad": Call(X, 1),
     "split": Call(X, [1]), "array_split": Call(X, 2), "hsplit": Call(X, 2), "vsplit": Call(X, 3),
     "dsplit": Call(X3, 2), "ndim": Call(X), "shape": Call(X), "size": Call(X),
+    # writes into their first argument (IN_PLACE_FUNCTIONS: compared after the call)
+    "put": Call(X, np.array([0, 5, 11, 5, -2]), V[:3]), "copyto": Call(X, Q),
+    "place": Call(X, X > 0, V[:4]), "putmask": Call(X, X > 0, V[:5]),
+    "fill_diagonal": Call(_r(7, 3), V[:2]),
     "empty_like": Call(X, values=False), "ones_like": Call(X), "zeros_like": Call(X),
     "full_like": Call(X, 2.5),
     # sorting and indexing
@@ -270,6 +274,7 @@ VALUES = {
 }
 
 VALUES_FOR = {
+    ("fill_diagonal", "wrap"): [True],
     ("max", "initial"): [0.5, 5.0], ("amax", "initial"): [0.5],
     ("min", "initial"): [-0.5, -5.0], ("amin", "initial"): [-0.5],
     ("prod", "initial"): [2.0],
@@ -530,8 +535,11 @@ def _numpy_result(fn, args):
 
 def _judge(fn, args, call, param, what, ignored=False):
     """Problems (strings) of tracegrad's ``fn(*args)`` against NumPy's in every mode.
-    ``out=`` must be refused (NumPy writes into it; a tracegrad value cannot);
-    an ``ignored`` parameter (IGNORED) must be accepted."""
+    ``out=`` here is a plain ndarray made outside the function, which cannot
+    hold a traced or recorded result: it must be refused (out= into an array
+    the function creates is honoured: test_out_into_arrays_the_function_made
+    below and tests/test_writes.py); an ``ignored`` parameter (IGNORED) must
+    be accepted."""
     want, np_err = _numpy_result(fn, args)
     problems = []
     for mode in call.modes:
@@ -552,8 +560,9 @@ def _judge(fn, args, call, param, what, ignored=False):
                                " (NumPy computes it)"))
             continue
         if param == "out" and np_err is None:
-            problems.append(f"{what} [{mode}]: out= ignored (NumPy writes the result into it); "
-                            f"refuse it with an error that names out= and tracegrad")
+            problems.append(f"{what} [{mode}]: out= a plain ndarray ignored (NumPy writes the "
+                            f"result into it); refuse it with an error that names out= and "
+                            f"tracegrad")
             continue
         if np_err is not None:
             problems.append(f"{what} [{mode}]: NumPy raises {type(np_err).__name__}: {np_err}, "
@@ -638,6 +647,19 @@ def test_the_table_names_only_registered_functions():
     assert not stale, f"CALLS names functions tracegrad does not register: {stale}"
 
 
+# functions that write into their first argument and return None: compare the array after
+# the call (``a * 1.0``: an array tracegrad tracks, as one the function made)
+IN_PLACE_FUNCTIONS = {"put", "copyto", "place", "putmask", "fill_diagonal"}
+
+
+def _in_place(func):
+    def f(a, *rest, **kw):
+        a = a * 1.0
+        assert func(a, *rest, **kw) is None
+        return a
+    return f
+
+
 @pytest.mark.parametrize("name", sorted(REGISTERED))
 def test_every_parameter_is_honoured_or_refused(name):
     f = REGISTERED[name]
@@ -658,7 +680,8 @@ def test_every_parameter_is_honoured_or_refused(name):
                         (p.kind is p.POSITIONAL_ONLY and p.default is p.empty))
             n_pos = 0 if name == "einsum" else n_pos
             n_pos = len(call.args) if name == "piecewise" else n_pos   # (x, condlist, funclist)
-    problems = _check_callable(name, f, params, call, n_pos)
+    problems = _check_callable(name, _in_place(f) if name in IN_PLACE_FUNCTIONS else f, params,
+                               call, n_pos)
     assert not problems, "\n".join(problems)
 
 
@@ -702,6 +725,7 @@ METHOD_CALLS = {
     "argpartition": Call(X, 1), "partition": Call(X, 1), "copy": Call(X),
     "compress": Call(X, [True, False, True]), "searchsorted": Call(SORTED, X),
     "to_device": Call(X, "cpu"),
+    "fill": Call(X, 0.5), "put": Call(X, np.array([0, 5, 11, 5]), V[:3]),
 }
 
 METHOD_VALUES_FOR = {
@@ -713,7 +737,7 @@ METHOD_VALUES_FOR = {
 }
 
 # in-place methods: compare the array after the call
-IN_PLACE = {"sort", "partition"}
+IN_PLACE = {"sort", "partition", "fill", "put"}
 
 
 def _method_fn(name, kw):
@@ -902,11 +926,16 @@ def test_ufunc_dtype_casts_the_loop_and_its_gradient():
         np.testing.assert_allclose(g, np.exp(x), rtol=1e-6)
 
 
+# plain ndarrays made outside the function: out= cannot hold a traced or recorded value
+_OUT_0D, _OUT_4, _OUT_64, _OUT_34 = np.empty(()), np.empty(4), np.empty((6, 4)), np.empty((3, 4))
+
+
 @pytest.mark.parametrize("fn, match", [
-    (lambda x: np.sum(x, out=np.empty(())), "out="),
-    (lambda x: x.max(axis=0, out=np.empty(4)), "out="),
-    (lambda x: np.concatenate([x, x], out=np.empty((6, 4))), "out="),
-    (lambda x: np.sin(x, out=np.empty((3, 4))), "out="),
+    (lambda x: np.sum(x, out=_OUT_0D), "out=(.|\n)*np.copy"),
+    (lambda x: x.max(axis=0, out=_OUT_4), "out=(.|\n)*np.copy"),
+    (lambda x: np.concatenate([x, x], out=_OUT_64), "out=(.|\n)*np.copy"),
+    (lambda x: np.sin(x, out=_OUT_34), "out=(.|\n)*np.copy"),
+    (lambda x: np.sin(x, out=(_OUT_34,)), "out=(.|\n)*np.copy"),
     (lambda x: np.sin(x, where=x > 0), "where="),
     (lambda x: np.matmul(x, x.T, axes=[(-2, -1), (-2, -1), (-2, -1)]), "axes="),
     (lambda x: np.var(x, dtype=np.int64), "dtype=int64"),
@@ -916,6 +945,27 @@ def test_refusals_name_the_keyword_and_tracegrad(fn, match):
         with pytest.raises(TypeError, match=match) as e:
             run()
         assert "tracegrad" in str(e.value)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: np.sum(x, out=np.empty(())),
+    lambda x: x.max(axis=0, out=np.empty(4)),
+    lambda x: np.concatenate([x, x], out=np.empty((6, 4))),
+    lambda x: np.sin(x, out=np.empty((3, 4))),
+    lambda x: np.add(x, 1, out=(np.zeros((3, 4)),))[0],
+    lambda x: np.cumsum(x, axis=1, out=np.zeros((3, 4), np.float32)),
+    lambda x: np.exp(x, out=np.zeros((3, 4), np.complex128)),
+], ids=["sum", "max-method", "concatenate", "sin", "add-tuple", "cumsum-float32", "exp-complex"])
+def test_out_into_arrays_the_function_made(fn):
+    """out= an array the function creates is honoured in both modes: the
+    result written into it (cast to its dtype), which the call returns."""
+    want = fn(X)
+    got = tg.compile(fn)(X)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    for g in (tg.grad(lambda x: np.sum(np.real(fn(x)))), tg.grad(lambda x: np.sum(np.real(fn(x))),
+                                                               compile=False)):
+        assert g(X).shape == X.shape
 
 
 def test_errors_numpy_raises_are_raised():

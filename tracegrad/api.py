@@ -18,7 +18,7 @@ import weakref
 import numpy as np
 
 from tracegrad.runtime import cache
-from tracegrad.frontend import captured, code_deps
+from tracegrad.frontend import captured, code_deps, created
 from tracegrad.runtime import distributed
 from tracegrad.runtime.cache import _stats   # the counters tg.cache_info() reports
 from tracegrad._version import __version__
@@ -28,8 +28,9 @@ _ndarray = np.ndarray
 from tracegrad.runtime.graph_call import leaf_array, display_paths, describe_path
 from tracegrad.ops import primitives
 from tracegrad.ops.primitives import Aval
-from tracegrad.frontend.trace import (Tracer, trace_function, tree_flatten, tree_unflatten,
-                                      leaf_paths)
+from tracegrad.ops.runtime_numpy import SHORTER_SLICE
+from tracegrad.frontend.trace import (Tracer, foreign_write_error, trace_function, tree_flatten,
+                                      tree_unflatten, leaf_paths)
 
 _ALL = weakref.WeakSet()
 
@@ -84,7 +85,7 @@ def _merged_checks(old_guard, checks):
 
 class _Tables:
     """A function's built signatures, and the guard of what they read."""
-    __slots__ = ("fast", "arrays_only", "guard", "retraces")
+    __slots__ = ("fast", "arrays_only", "guard", "retraces", "specialised")
 
     def __init__(self):
         self.fast = cache.LRU(SIGNATURES_PER_FUNCTION)
@@ -93,6 +94,7 @@ class _Tables:
         self.arrays_only = {}
         self.guard = None   # code_deps.Guard of the captured state the traces read
         self.retraces = 0   # traces dropped because captured state changed
+        self.specialised = {}   # the transform with these integer arguments static
 
     def forget(self):
         self.fast.clear()
@@ -389,13 +391,43 @@ class Compiled:
                 self._arrays_only[key] = self._runner(entry, ranges)
         else:
             cache.count("memory_hits")
-        out = self._run(entry, arrays, ranges)
+        try:
+            out = self._run(entry, arrays, ranges)
+        except IndexError as e:
+            specialised = str(e).startswith(SHORTER_SLICE) and \
+                self._specialised_on_integers(args, kwargs)
+            if not specialised:
+                raise
+            return specialised(*args, **kwargs)
         if tensors:
             from tracegrad.eager.tensor import Tensor
             leaves_out, tree = tree_flatten(out)
             out = tree_unflatten(tree, [Tensor(np.asarray(o)) if isinstance(o, (np.ndarray, np.generic))
                                         else o for o in leaves_out])
         return out
+
+    def _specialised_on_integers(self, args, kwargs):
+        """This transform with the function's integer arguments static, or
+        None when it has none: a slice ``x[i * b:(i + 1) * b]`` whose NumPy
+        result is shorter than at trace time (the last, partial minibatch)
+        then gets NumPy's shorter result, from code traced for that value."""
+        def is_int(v):
+            return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) \
+                or (type(v) is np.ndarray and v.ndim == 0 and v.dtype.kind in "iu")
+        static = {a % len(args) for a in self.static_argnums} if args else set()
+        positions = tuple(i for i, a in enumerate(args) if i not in static and is_int(a))
+        names = tuple(k for k, v in kwargs.items()
+                      if k not in self.static_argnames and is_int(v))
+        if not positions and not names:
+            return None
+        key = (positions, names)
+        table = self._tables.specialised
+        if key not in table:
+            table[key] = Compiled(self.fn, self.kind, self.argnums if not self._single
+                                  else self.argnums[0], self.has_aux, self.backend,
+                                  self.static_argnums + positions,
+                                  self.static_argnames + names, self.compiled)
+        return _IntValues(table[key])
 
     def _call_profiled(self, args, kwargs):
         """A call while a profiler records: one "compiled" event with the
@@ -541,7 +573,7 @@ class Compiled:
         values = [xs.get(j, x) for j, x in enumerate(leaves)]
         a, kw = _rebuild_args(values, ranges, kw_tree, statics, len(args))
         with enable_grad(), _EagerLevel():
-            out = self.fn(*a, **kw)
+            out = _run_eager(self.fn, a, kw)
         out_leaves, out_tree = tree_flatten(out)
         _refuse_traced(out_leaves, f"tg.{self.kind} of {self.__name__} (compile=False)")
         self._check_out_tree(out_tree)
@@ -1131,6 +1163,40 @@ def vjp(fn, *primals, has_aux=False, backend=None, static_argnums=(), static_arg
     return graph_call.vjp(f, dyn, has_aux, backend)
 
 
+class _IntValues:
+    """Calls a transform whose integer arguments are static with those
+    arguments as Python ints (hashable cache keys)."""
+
+    def __init__(self, compiled):
+        self.compiled = compiled
+
+    def __call__(self, *args, **kwargs):
+        def plain(v):
+            return int(v) if isinstance(v, (np.integer, np.ndarray)) else v
+        c = self.compiled
+        args = tuple(plain(a) if i in c.static_argnums else a for i, a in enumerate(args))
+        kwargs = {k: plain(v) if k in c.static_argnames else v for k, v in kwargs.items()}
+        return c(*args, **kwargs)
+
+
+def _run_eager(fn, args, kwargs):
+    """``fn(*args, **kwargs)`` run eagerly (compile=False): the arrays its
+    code creates (np.zeros, np.copy...: tracegrad.frontend.created) are
+    NumPy-face eager values, so writes of recorded values into them are on
+    the tape; a store of such a value into a plain ndarray is a clear error
+    (NumPy would drop the gradient)."""
+    from tracegrad.eager.tensor import NumpyTensor
+    from tracegrad.ops.indexing import indexable_constants
+    with created.following(NumpyTensor):
+        try:
+            return indexable_constants(fn, None, None, created.substitute)(*args, **kwargs)
+        except ValueError as e:
+            err = foreign_write_error(e, "a value being differentiated")
+            if err is None:
+                raise
+            raise err from e
+
+
 def _eager_run(f, primals):
     """f on eager values of the primals' leaves that record the tape (of
     the primal's face: a Tensor gives a torch-face Tensor, anything else
@@ -1152,7 +1218,7 @@ def _eager_run(f, primals):
             from tracegrad.eager.tensor import NumpyTensor
             xs.append(NumpyTensor(np.array(a)))
     with enable_grad(), _EagerLevel():
-        out = f(*tree_unflatten(tree, xs))
+        out = _run_eager(f, tree_unflatten(tree, xs), {})
     _refuse_traced(tree_flatten(out)[0], f"{name} (compile=False)")
     return xs, tree, out, nested
 

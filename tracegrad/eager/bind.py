@@ -12,15 +12,12 @@ import numpy as np
 
 from tracegrad.eager.device import _ndarray
 from tracegrad.eager.tensor import NumpyTensor, Tensor, _NO_EDGE, _edge_of, _edges
-from tracegrad.eager.nodes import PrimNode
+from tracegrad.eager.nodes import LIVE_VIEWS, PrimNode
 from tracegrad.ops import primitives
 from tracegrad.ops.indexing import build_index
 from tracegrad.eager.grad_mode import state as _mode
 from tracegrad.eager.profiler_state import _state as _prof_state
 
-# id(base) -> weak references to the views taken of it (with a chain): an
-# in-place update of the base or of one view gives the others new histories
-LIVE_VIEWS = {}
 
 
 def _view_chain(src, prim, attrs, rest):

@@ -21,6 +21,30 @@ _avals = {}
 # operand its gradient (d(a*b)/db = a): operand i need not stay unchanged
 # when the other operand takes no gradient.
 _READ_FOR_THE_OTHER = {"mul": (0, 1), "matmul": (0, 1), "div": (0,)}
+# rows whose backward reads only the shapes of these operands (the written
+# array and the value of an assignment): changing them in place afterwards is
+# no error (c[::2] *= 2 stores a view of c into c)
+_SHAPES_ONLY = {"setitem": (0, 1), "dynamic_update_slice": (0, 1)}
+
+
+def _shares_memory(a):
+    """A view, or a base some live view was taken of."""
+    if a._base is not None:
+        return True
+    entry = LIVE_VIEWS.get(id(a))
+    return entry is not None and entry[0]() is a and any(r() is not None for r in entry[1])
+
+
+def _snapshot(a):
+    """``a`` as it is now: its data copied, its place on the tape kept."""
+    t = type(a)(a._data.copy(), a._requires_grad, a.grad_fn, a._output_nr)
+    return t
+
+
+# id(base) -> (weak reference to the base, weak references to the views
+# taken of it with a chain): tracegrad.eager.bind notes them; an in-place
+# update gives the others new histories (tracegrad.eager.torch_methods)
+LIVE_VIEWS = {}
 
 
 def _meta(a):
@@ -76,6 +100,14 @@ class PrimNode(Node):
                     # a view's backward is linear in its operand and reads only
                     # its shape: an in-place change of the base is no error
                     saved[0] = (saved[0][0], None)
+                for i in _SHAPES_ONLY.get(prim.name, ()):
+                    saved[i] = (saved[i][0], None)
+                for i, (a, v) in enumerate(saved):
+                    if v is not None and a._face == "numpy" and _shares_memory(a):
+                        # NumPy code writes into arrays an earlier op read
+                        # (out[i] = f(out[i - 1])): a value that shares
+                        # memory is saved as it is now, not checked later
+                        saved[i] = (_snapshot(a), None)
                 reads = _READ_FOR_THE_OTHER.get(prim.name)
                 if reads is not None and len(args) == 2:
                     # x * 2: the backward reads x only for the gradient of the
@@ -293,7 +325,9 @@ class PrimNode(Node):
             f"which is an input of {self.name()}, is at version {a._vbox[0]}; expected "
             f"version {v} instead. Hint: the backward of {self.prim.name} reads this "
             f"value; compute it out of place (e.g. x = x + y instead of x += y) or "
-            f"clone() it before modifying it.")
+            + ("copy it (y = y.copy()) before modifying it (with compile=False tracegrad "
+               "records NumPy's in-place updates as torch does; compiled code has no "
+               "such limit)." if a._face == "numpy" else "clone() it before modifying it."))
 
 
 _TENSOR_SPECS = ("in", "in_if", "out")

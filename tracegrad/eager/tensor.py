@@ -526,6 +526,10 @@ def _only_decides_control_flow(frame):
     at = _instruction_at(instrs, frame.f_lasti)
     if at is None or instrs[at].opname not in _CALLS:
         return False   # a store (y[i] = x), an operator...: the value flows on
+    if instrs[at].opname == "PRECALL" and at + 1 < len(instrs) and instrs[at + 1].opname == "CALL":
+        # Python 3.11 specializes a warm PRECALL of a builtin class (float(x))
+        # to make the call itself and skip the CALL: f_lasti is then on PRECALL
+        at += 1
     for ins in instrs[at + 1:]:
         if ins.opname == "COMPARE_OP" or ins.opname.startswith("POP_JUMP"):
             return True

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from tracegrad.eager.device import _ndarray, device
-from tracegrad.eager.bind import LIVE_VIEWS
+from tracegrad.eager.nodes import LIVE_VIEWS
 from tracegrad.eager.tensor import _FW, Tensor, _edge_of, _tangent
 from tracegrad.ops import primitives
 from tracegrad.eager.grad_mode import state as _mode

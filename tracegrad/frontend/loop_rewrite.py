@@ -21,15 +21,22 @@ The rewrite must never change what is computed, so it is conservative:
   ``continue``, ``return``, ``yield``, ``del``, ``try``, ``with``, nested
   ``for``/``while`` (other than loops rewritten themselves), nested
   functions or lambdas, and whose statements are assignments to plain names
-  (``x = ...``, ``x += ...``, ``a, b = ...``), ``if`` on such statements and
+  (``x = ...``, ``x += ...``, ``a, b = ...``) or to items of plain local
+  names (``out[i] = f(out[i - 1])``, ``acc[i, j] += v``: ``out`` is carried
+  and updated in place, as ``x += ...`` is), ``if`` on such statements and
   ``pass``.  A statement that is only a call (``hist.append(x)``), an
-  assignment to an attribute or an item, ``global``/``nonlocal`` anywhere in
-  the function: the loop stays a Python loop (and may still be rolled after
-  tracing).
+  assignment to an attribute or to an item of anything else (``a.b[i]``,
+  ``a[i][j]``, a global), ``global``/``nonlocal`` anywhere in the function:
+  the loop stays a Python loop (and may still be rolled after tracing).
 * At run time the body is traced twice and both traces must be the same
   graph reading the same values; carried values that are not arrays (Python
   numbers, objects) must come out of an iteration unchanged; arrays keep
-  their shapes and dtypes.  Anything else, and any error while tracing the
+  their shapes and dtypes.  An array updated in place (by item or ``+=``)
+  must be a traced array sharing memory with nothing the loop or the body
+  reads (not a view, no carried view of it, no view of it taken before the
+  loop read inside: ``_aliasing``).  Inside the body the loop index stands
+  for a Python int, so ``out[i]`` is a view of ``out`` as in the loop as
+  written (``Trace.python_ints``).  Anything else, and any error while tracing the
   body symbolically, raises ``RetraceAsWritten``, and the caller traces the
   function again as the user wrote it (see ``tracegrad.frontend.trace.trace_function``).
 * Short loops (fewer than ``ROLL_MIN_STEPS`` iterations or ``ROLL_MIN_NODES``
@@ -107,10 +114,34 @@ def _names_stored(stmts):
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             if not node.id.startswith(_PREFIX) and node.id not in out:
                 out.append(node.id)
+        # `y[index] = v` and `y[index] += v` update the array y names: y is
+        # carried as `y += v` carries it
+        name = _item_target(node)
+        if name is not None and name not in out:
+            out.append(name)
         for child in ast.iter_child_nodes(node):
             visit(child)
     for s in stmts:
         visit(s)
+    return out
+
+
+def _item_target(node):
+    """``y`` for an item assignment target ``y[index]`` (y a plain name)."""
+    if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) \
+            and isinstance(node.value, ast.Name) and not node.value.id.startswith(_PREFIX):
+        return node.value.id
+    return None
+
+
+def _names_items_written(stmts):
+    """Names whose items the statements assign (``y[i] = v``, ``y[i] += v``)."""
+    out = set()
+    for s in stmts:
+        for n in ast.walk(s):
+            name = _item_target(n)
+            if name is not None:
+                out.add(name)
     return out
 
 
@@ -128,8 +159,11 @@ def _written_first(stmts, name, generated):
                 return False
             continue
         if isinstance(s, ast.AugAssign):
-            reads = _names_loaded(s.value) | {s.target.id}
-        elif isinstance(s, (ast.Assign, ast.AnnAssign)):
+            reads = _names_loaded(s.value) | _names_loaded(s.target) | (
+                {s.target.id} if isinstance(s.target, ast.Name) else set())
+        elif isinstance(s, ast.Assign):   # y[index] = v reads y (and the index)
+            reads = _names_loaded(s.value).union(*(_names_loaded(t) for t in s.targets))
+        elif isinstance(s, ast.AnnAssign):
             reads = _names_loaded(s.value)
         else:
             reads = _names_loaded(s)
@@ -143,6 +177,8 @@ def _written_first(stmts, name, generated):
 def _plain_target(t):
     if isinstance(t, ast.Name):
         return True
+    if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name):
+        return True     # y[index] = v (y a plain name): y is carried
     if isinstance(t, (ast.Tuple, ast.List)):
         return all(_plain_target(e) for e in t.elts)
     return False
@@ -165,9 +201,14 @@ def _why_not(stmts, generated):
             continue
         if isinstance(s, ast.Assign):
             if not all(_plain_target(t) for t in s.targets):
-                return f"line {s.lineno} assigns to an attribute or an item"
-            value = s.value
-        elif isinstance(s, (ast.AugAssign, ast.AnnAssign)):
+                return f"line {s.lineno} assigns to an attribute or an item of an expression"
+            value = ast.Tuple(elts=[s.value] + s.targets, ctx=ast.Load())
+        elif isinstance(s, ast.AugAssign):
+            if not (isinstance(s.target, ast.Name) or (isinstance(s.target, ast.Subscript)
+                                                      and isinstance(s.target.value, ast.Name))):
+                return f"line {s.lineno} assigns to an attribute or an item of an expression"
+            value = ast.Tuple(elts=[s.value, s.target], ctx=ast.Load())
+        elif isinstance(s, ast.AnnAssign):
             if not isinstance(s.target, ast.Name) or s.value is None:
                 return f"line {s.lineno} assigns to an attribute or an item"
             value = s.value
@@ -191,7 +232,8 @@ def _why_not(stmts, generated):
 
 
 class _Rewriter(ast.NodeTransformer):
-    def __init__(self):
+    def __init__(self, local_names=()):
+        self.local_names = set(local_names)   # the function's own local variables
         self.generated = set()   # ids of statements the rewrite wrote
         self.count = 0
         self.skipped = []        # (line, reason)
@@ -254,8 +296,14 @@ class _Rewriter(ast.NodeTransformer):
         targets = ", ".join(carried + [var if index == var else f"{_PREFIX}last"])
         written_first = tuple(n == var or _written_first(node.body, n, self.generated)
                               for n in carried)
+        written_items = _names_items_written(node.body)
+        items = tuple(n in written_items for n in carried)
+        # an in-place update anywhere in the body (y[i] = v, y += v, inner loops too)
+        writes = any(isinstance(n, ast.AugAssign) or (isinstance(n, ast.Subscript) and
+                                                      isinstance(n.ctx, ast.Store))
+                     for s in node.body for n in ast.walk(s))
         call = parse(f"({targets},) = {_RT}.for_range(range, (), {fname}, {tuple(carried)!r}, "
-                     f"{written_first!r}, {var!r}, {node.lineno})")[0]
+                     f"{written_first!r}, {var!r}, {node.lineno}, {items!r}, {writes!r})")[0]
         call.value.args[1] = ast.Tuple(elts=node.iter.args, ctx=ast.Load(), **loc)
         unbind = parse("\n".join(f"if {n} is {_RT}.UNBOUND:\n    del {n}"
                                  for n in carried + ([var] if index == var else [])))
@@ -274,7 +322,15 @@ class _Rewriter(ast.NodeTransformer):
                 and it.func.id == "range" and not it.keywords and 1 <= len(it.args) <= 3
                 and not any(isinstance(a, ast.Starred) for a in it.args)):
             return "it is not a loop over range(...)"
-        return _why_not(node.body, self.generated)
+        why = _why_not(node.body, self.generated)
+        if why:
+            return why
+        # the carried names become the function's locals: an item assignment
+        # into a global or a closure variable (not bound by the function) stays
+        for name in sorted(_names_items_written(node.body)):
+            if name not in self.local_names:
+                return f"it writes into the items of '{name}', which is not a local variable"
+        return None
 
 
 def _locate(tree, loc):
@@ -329,7 +385,7 @@ def _rewrite_code(code):
         _explain(f"kept the loops of {code.co_qualname} as written: its source file changed "
                  f"since it was imported")
         return None
-    rw = _Rewriter()
+    rw = _Rewriter(code.co_varnames + code.co_cellvars)
     body = []
     for s in fdef.body:
         r = rw.visit(s)
@@ -549,12 +605,72 @@ def loop_checkpoint():
     return v
 
 
-def for_range(range_fn, args, body, names, written_first, var, line):
+def _derived(tracer):
+    """Node ids of ``tracer``'s trace computed from its value (itself too)."""
+    t, root = tracer._trace, tracer.id
+    seen = {root}
+    for n in t.nodes[root + 1:]:
+        if any(u in seen for u in n.inputs):
+            seen.add(n.id)
+    return seen
+
+
+def _ambiguous_view(body_trace):
+    """A row read at a traced 0-d integer not known to be a Python int or a
+    NumPy integer in the loop as written (``Trace.python_int_nodes``: the
+    loop index's arithmetic, elements read out of arrays, reductions): NumPy
+    gives a view for a NumPy integer and a copy for a 0-d array, and the
+    trace recorded a copy, which differs from a view once an array is
+    updated in place."""
+    for n in body_trace.nodes:
+        if n.op != "getitem" or not getattr(n.aval, "shape", ()):
+            continue
+        spec = n.attrs.get("index", ())
+        arrays = [n.inputs[1 + it[1]] for it in spec if it[0] == "a"]
+        if arrays and all(body_trace.nodes[a].aval.shape == () and
+                          np.dtype(body_trace.nodes[a].aval.dtype).kind in "iu" for a in arrays) \
+                and not body_trace.python_int_nodes(arrays):
+            return ("the body reads part of an array at a traced 0-d integer that may be a "
+                    "NumPy integer (then NumPy's result is a view) or a 0-d array (a copy), "
+                    "and an array is updated in place")
+    return None
+
+
+def _aliasing(names, carry, traced_at, in_place, body_trace):
+    """Why the loop node cannot stand for a loop that updates a carried
+    array in place (``y[i] = v``, ``y += v``), or None.  Inside the body a
+    carry is a fresh array, so NumPy's sharing of its memory with other
+    arrays would be lost: the carry must not be a view of another array,
+    no carry may be a view (of it), and the body must not read, by
+    another name, a value computed from it (a view taken before the loop)."""
+    if not any(in_place):
+        return None
+    for k in traced_at:
+        c = carry[k]
+        if _is_tracer(c) and (getattr(c, "_view", None) is not None
+                              or c._trace.shares_memory(c)):
+            return (f"'{names[k]}' is a view of another array (or shares its memory) and "
+                    f"an array is updated in place in the loop")
+    captures = getattr(body_trace, "_captures", None) or {}
+    for k, f in zip(traced_at, in_place):
+        if f:
+            c = carry[k]
+            derived = _derived(c)
+            if any(tid == id(c._trace) and nid in derived for tid, nid in captures):
+                return (f"the body reads a carried array by another name ('{names[k]}' "
+                        f"bound to another name, or a view of it, before the loop), which "
+                        f"its in-place update changes too")
+    return None
+
+
+def for_range(range_fn, args, body, names, written_first, var, line, items=(), writes=True):
     """Run ``for var in range_fn(*args): names = body(var, *names)``; returns
     the carried values and the loop variable, as a loop node when it pays.
     ``written_first[k]``: the body assigns ``names[k]`` before reading it, so
     the loop node need not carry it (the last iteration, run as written,
-    gives its final value)."""
+    gives its final value).  ``items[k]``: the body assigns items of
+    ``names[k]`` (``y[i] = v``): it must be a traced array, updated in place
+    as ``y += v`` is.  ``writes``: the body updates some array in place."""
     caller = sys._getframe(1)
     f_locals = caller.f_locals
     init = tuple(f_locals.get(n, UNBOUND) for n in names)
@@ -578,9 +694,20 @@ def for_range(range_fn, args, body, names, written_first, var, line):
     traced_at = [k for k, c in enumerate(carry) if not written_first[k] and (
         _is_tracer(c) or type(c) is np.ndarray or isinstance(c, np.generic))]
     fixed = {k: c for k, c in enumerate(carry) if k not in set(traced_at) and not written_first[k]}
+    for k, c in enumerate(carry):
+        if k < len(items) and items[k] and not written_first[k] and not _is_tracer(c):
+            _explain(f"traced the Python loop at {where} as written: the body writes into "
+                     f"items of '{names[k]}', a {type(c).__name__} (not an array the "
+                     f"function traces)")
+            raise RetraceAsWritten(f"'{names[k]}' is written by item and is not traced")
     step = rest.step
 
     def scan_step(i, c, _x):
+        body_trace = getattr(i, "_trace", None)
+        if body_trace is not None:
+            # the loop index stands for a Python int: y[i] is a view of y, as
+            # with an int (not a copy, as with a 0-d index array)
+            body_trace.python_ints = {i.id}
         if step != 1:
             i = rest.start + i * step
         full = list(carry)      # the written-first values are not read
@@ -608,6 +735,10 @@ def for_range(range_fn, args, body, names, written_first, var, line):
             raise RetraceAsWritten("a NumPy array is updated in place")
         if len({id(o) for o in outs}) != len(outs):
             raise RetraceAsWritten("two carried names are bound to one array")
+        why = (_ambiguous_view(body_trace) if writes and body_trace is not None else None) \
+            or _aliasing(names, carry, traced_at, in_place, body_trace)
+        if why:
+            raise RetraceAsWritten(why)
         return tuple(outs), None
 
     in_place = []

@@ -30,7 +30,8 @@ import numpy as np
 
 from tracegrad import ops
 from tracegrad.ops import indexing, reductions, shape
-from tracegrad.ops._define import face_advice, face_method
+from tracegrad.ops._define import (ArrayMethods, FaceMethod, face_advice, face_method,
+                                   refuse_argument_write)
 
 FACE = "numpy"
 
@@ -47,6 +48,26 @@ for _name, _fn in {"sum": ops.sum, "mean": reductions.mean, "prod": reductions.p
                    "argmin": reductions.argmin, "all": reductions.all, "any": reductions.any,
                    "nansum": reductions.nansum, "nanmean": reductions.nanmean}.items():
     face_method(FACE, _name)(_fn)
+
+
+# x.sum(..., out=y) is np.sum(x, ..., out=y) (the functions take the methods' arguments
+# in the same order): out= into a tracegrad value is written (tracegrad.ops._define.function_out)
+_OUT_POSITION = {"sum": 2, "mean": 2, "prod": 2, "std": 2, "var": 2, "max": 1, "min": 1,
+                 "argmax": 1, "argmin": 1, "all": 1, "any": 1, "cumsum": 2, "cumprod": 2,
+                 "clip": 2, "round": 1, "trace": 4, "dot": 1, "take": 2}
+
+
+def _with_out(name, fn):
+    npfn = getattr(np, name)
+    at = _OUT_POSITION[name]
+
+    def m(x, *args, **kwargs):
+        if kwargs.get("out") is not None or (len(args) > at and args[at] is not None):
+            return npfn(x, *args, **kwargs)
+        return fn(x, *args, **kwargs)
+    m.__name__ = name
+    m.__doc__ = fn.__doc__
+    return m
 @face_method(FACE, "flat")
 @property
 def flat(x):
@@ -58,6 +79,18 @@ face_method(FACE, "std")(reductions.std)
 face_method(FACE, "var")(reductions.var)
 face_method(FACE, "max")(reductions.amax)
 face_method(FACE, "min")(reductions.amin)
+for _name, _fn in {"sum": ops.sum, "mean": reductions.mean, "prod": reductions.prod,
+                   "argmax": reductions.argmax, "argmin": reductions.argmin,
+                   "all": reductions.all, "any": reductions.any, "std": reductions.std,
+                   "var": reductions.var, "max": reductions.amax,
+                   "min": reductions.amin}.items():
+    face_method(FACE, _name)(_with_out(_name, _fn))
+# methods both dialects share: the torch face keeps them as they are
+for _name in ("cumsum", "cumprod", "clip", "round", "trace", "dot", "take"):
+    _fn = ArrayMethods.__dict__[_name]
+    if not isinstance(_fn, FaceMethod):
+        face_method("torch", _name)(_fn)
+        face_method(FACE, _name)(_with_out(_name, _fn))
 face_method(FACE, "repeat")(shape.repeat)
 face_method(FACE, "transpose")(ops.transpose)
 face_method(FACE, "nonzero")(indexing.nonzero)
@@ -83,15 +116,46 @@ def view(x, dtype=None, type=None):
     return x
 
 
+@face_method(FACE, "fill")
+def fill(x, value):
+    """ndarray.fill: every element becomes ``value`` (cast to x's dtype),
+    in place (every name and view bound to x sees it); returns None."""
+    refuse_argument_write(x, "x.fill(value)", "x = np.full_like(x, value)")
+    np.empty((), np.dtype(x.dtype)).fill(value if not ops.is_value(value) else
+                                         np.zeros(tuple(value.shape), value.dtype))
+    if ops.is_value(value):
+        if value.shape != () and int(np.prod(value.shape)) != 1:
+            raise ValueError("setting an array element with a sequence.")
+        value = ops.reshape(value, ())
+        if np.dtype(value.dtype) != np.dtype(x.dtype):
+            value = value.astype(x.dtype)
+        new = ops.broadcast_to(value, tuple(x.shape))
+    else:
+        new = np.full(tuple(x.shape), value, dtype=x.dtype)
+    x._assign(new, "x.fill(value) (in place)", "x = np.full_like(x, value)")
+
+
+@face_method(FACE, "put")
+def put(x, indices, values, mode="raise"):
+    """ndarray.put: np.put(x, indices, values, mode), in place; None."""
+    return np.put(x, indices, values, mode=mode)
+
+
 @face_method(FACE, "sort")
 def sort(x, axis=-1, kind=None, order=None, *, stable=None):
     """ndarray.sort: sorts in place (every name bound to x sees it), None."""
     if axis is None:   # NumPy's method sorts along one axis only
         raise TypeError("'NoneType' object cannot be interpreted as an integer")
+    refuse_argument_write(x, "x.sort() (in place)", "x = np.sort(x)")
     # sorted from a copy: the update must not overwrite what sort's backward reads
     x._assign(shape.sort(ops.clone(x), axis, kind, order, stable=stable), "x.sort() (in place)",
               "x = np.sort(x)")
 
+
+face_advice("torch", "fill", "Tensors have no fill; write t.fill_(value)")
+face_advice("torch", "put", "tracegrad has no torch Tensor.put(index, source); write the flat "
+            "update with indexing: flat = t.reshape(-1).clone(); flat[index] = source; "
+            "t = flat.reshape(t.shape)")
 
 for _name, _advice in {
     "dim": "write x.ndim",
@@ -126,6 +190,7 @@ def argpartition(x, kth, axis=-1, kind="introselect", order=None):
 def partition(x, kth, axis=-1, kind="introselect", order=None):
     """ndarray.partition: partitions in place (every name bound to x sees
     it), returns None."""
+    refuse_argument_write(x, "x.partition(kth) (in place)", "x = np.partition(x, kth)")
     x._assign(np.partition(ops.clone(x), kth, axis=axis, kind=kind, order=order),
               "x.partition(kth) (in place)", "x = np.partition(x, kth)")
 

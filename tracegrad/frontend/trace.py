@@ -84,7 +84,7 @@ _FOREIGN_WRITE = (
     "(or np.zeros_like...), or make a tracked copy first with y = np.copy(y)")
 
 
-def foreign_write_error(e):
+def foreign_write_error(e, what="a traced value"):
     """NumPy's "setting an array element with a sequence" ValueError, raised
     where the user's code stores a tracegrad value into a plain ndarray
     (NumPy swallows the value's own error there): the TraceError that says
@@ -104,7 +104,7 @@ def foreign_write_error(e):
     code = last.tb_frame.f_code
     loc = (code.co_filename, last.tb_lineno, code.co_name)
     src = _source_line(loc)
-    return TraceError(f"item assignment of a traced value into a plain NumPy array at "
+    return TraceError(f"item assignment of {what} into a plain NumPy array at "
                       f"{loc[0]}, line {loc[1]}, in {loc[2]}" + (f":\n    {src}\n" if src else ". ")
                       + "(" + _FOREIGN_WRITE.split("(", 1)[1].replace(" requested;", ";")
                       + ", or compute the new array functionally with tg.setitem.")
@@ -333,9 +333,9 @@ class Tracer(ArrayMethods):
         """Make this value ``value`` for every name bound to it (NumPy's
         in-place update); refused where NumPy would write through a view."""
         T = self._trace
-        if T.is_lifted(self):
-            # the function writes into an array it captured: compiled code
-            # cannot (tracegrad.frontend.captured freezes it and traces again)
+        if T.is_lifted(self) or (self._view is not None and T.is_lifted(self._view[0])):
+            # the function writes into an array it captured (or a view of one):
+            # compiled code cannot (tracegrad.frontend.captured freezes it and traces again)
             loc = _user_frame()
             self._blame(what, loc)
             where = f"{loc[0]}, line {loc[1]}" if loc else "your function"
@@ -360,6 +360,12 @@ class Tracer(ArrayMethods):
                 f"before the update, or {instead}.")
         if self._view is not None:
             base, chain, _ = self._view
+            if base._trace is not T:
+                self._misuse(f"{what} of a view, taken inside a loop or branch body, of an "
+                             f"array made outside it", "A body cannot write into the "
+                             "enclosing function's arrays: carry the array through the loop "
+                             "(pass it in and return it) or return the values and write "
+                             "them after.")
             new_base = _write_through(base, chain, value)
             base._id = new_base.id
             base._vbox[0] += 1
@@ -421,6 +427,15 @@ class Tracer(ArrayMethods):
     def contiguous(self):
         return self
 
+    @property
+    def _c_contiguous(self):
+        """Would NumPy's array here be C-contiguous?  A view's strides are
+        replayed on its base (ravel copies unless it is)."""
+        if self._view is None:
+            return True
+        probe = _view_probe(self._view[0], self._view[1])
+        return True if probe is None else bool(probe.flags.c_contiguous)
+
     def copy(self, order="K"):   # ndarray.copy: order= is the memory layout, not the values
         return self.clone()
 
@@ -473,6 +488,51 @@ def _unview_transpose(cur, new, extra, attrs):
 def _unview_flip(cur, new, extra, attrs):
     from tracegrad.ops.shape import flip_p
     return primitives.bind(flip_p, new, axes=attrs["axes"])
+
+
+def _view_probe(base, chain):
+    """An array with the strides NumPy's view ``chain`` of ``base`` (a
+    C-ordered array) would have, and no data of its size (basic indexing,
+    transposes and flips only move strides); None where the chain cannot be
+    replayed (a traced index)."""
+    shp = tuple(int(d) for d in base.shape)
+    strides, acc = [], 1
+    for d in reversed(shp):
+        strides.append(acc)
+        acc *= max(d, 1)
+    probe = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), shp, tuple(reversed(strides)))
+    try:
+        from tracegrad.ops.indexing import build_index
+        for prim, extra, attrs in chain:
+            if prim.name == "getitem" and not extra:
+                probe = probe[build_index(attrs["index"], ())]
+            elif prim.name == "transpose":
+                probe = probe.transpose(attrs["axes"])
+            elif prim.name == "flip":
+                probe = np.flip(probe, axis=attrs["axes"])
+            elif prim.name == "reshape":
+                probe = np.reshape(probe, attrs["shape"], copy=False)
+            else:
+                return None
+    except Exception:   # noqa: BLE001 -- not replayable
+        return None
+    return probe
+
+
+def _reshape_is_view(base, chain, shape):
+    """Would NumPy's reshape of the view ``chain`` of ``base`` (a C-ordered
+    array) be a view?  (``y.T.reshape(-1)`` and ``y[:, ::2].ravel()`` copy.)
+    The chain is replayed on a probe that has strides but no data of its size
+    (basic indexing, transposes and flips only move strides); a chain that
+    cannot be replayed (a traced index) is taken to be a view, as before."""
+    probe = _view_probe(base, chain)
+    if probe is None:
+        return True
+    try:
+        np.reshape(probe, shape, copy=False)
+    except ValueError:
+        return False
+    return True
 
 
 # the views a write can go through: how to write a view's new value into its base
@@ -561,7 +621,7 @@ class Trace:
             if arr.dtype == object:
                 raise TypeError(f"cannot use a value of type {type(value).__name__} in a traced "
                                 f"computation; pass arrays or numbers")
-            key = (arr.dtype.str, arr.shape, hashlib.sha1(np.ascontiguousarray(arr).tobytes()).hexdigest())
+            key = (arr.dtype.str, arr.shape, primitives.content_digest(arr))
             value = arr
             aval = Aval(arr.shape, arr.dtype)
         nid = self._consts.get(key)
@@ -728,10 +788,16 @@ class Trace:
         others, in-place updates of both are refused."""
         if type(result) is Tracer and args and type(args[0]) is Tracer and \
                 prim.name in _UNVIEW and attrs is not None:
-            if prim.name == "getitem" and any(it[0] == "a" for it in attrs["index"]):
+            if prim.name == "getitem" and any(it[0] == "a" for it in attrs["index"]) \
+                    and not self._python_int_index(args[1:]):
                 return result            # advanced indexing: NumPy makes a copy
+            if prim.name == "getitem" and not result.shape and args[0]._face == "numpy" and \
+                    not any(it[0] == "e" for it in attrs["index"]):
+                return result            # an element (every axis an integer): a NumPy scalar
             src = args[0]
             base, chain = (src._view[0], src._view[1]) if src._view is not None else (src, ())
+            if prim.name == "reshape" and not _reshape_is_view(base, chain, attrs["shape"]):
+                return result            # NumPy copies: the view's strides do not allow it
             if base._vbox is None:
                 base._vbox = [0]
             if not self.shares_memory(base):
@@ -742,6 +808,55 @@ class Trace:
                 if type(v) is Tracer:
                     self._aliased[id(v)] = weakref.ref(v)
         return result
+
+    # ops that turn Python ints into Python ints (or NumPy integer scalars)
+    _INT_OPS = frozenset({"add", "sub", "mul", "floor_divide", "remainder", "neg", "abs", "maximum",
+                          "minimum"})
+
+    # reductions whose 0-d result NumPy returns as a scalar
+    _SCALAR_OPS = frozenset({"sum", "prod", "amax", "amin", "argmax", "argmin", "searchsorted"})
+
+    def _python_int_index(self, arrays):
+        """Are these index arrays Python ints or NumPy integer scalars in the
+        code as written (``python_int_nodes``)?  Then ``y[i]`` is basic
+        indexing, a view, not a copy as with a 0-d index array.  A rewritten
+        loop's index (tracegrad.frontend.loop_rewrite) is marked in
+        ``python_ints``."""
+        if not arrays:
+            return False
+        if any(type(a) is not Tracer or a.shape or a.dtype.kind not in "iu" for a in arrays):
+            return False
+        return self.python_int_nodes([a._id for a in arrays])
+
+    def python_int_nodes(self, ids):
+        """Are these nodes 0-d integers that are Python ints or NumPy integer
+        scalars in the code as written (not 0-d arrays): computed by integer
+        arithmetic from ``python_ints``, constants and elements read out of
+        arrays (``perm[k]``: a NumPy scalar)?"""
+        marks = getattr(self, "python_ints", None) or ()
+        stack = list(ids)
+        seen = set()
+        while stack:
+            n = self.nodes[stack.pop()]
+            if n.id in seen or n.id in marks:
+                continue
+            seen.add(n.id)
+            if n.op == "const":     # a Python int in the code (its aval is the number)
+                v = n.value
+                if isinstance(v, bool) or not isinstance(v, (int, np.integer)) and not (
+                        isinstance(v, np.ndarray) and v.ndim == 0 and v.dtype.kind in "iu"):
+                    return False
+                continue
+            if getattr(n.aval, "shape", None) != () or np.dtype(n.aval.dtype).kind not in "iu":
+                return False
+            if n.op == "getitem" and not any(it[0] == "e" for it in n.attrs.get("index", ())):
+                continue    # an element read out of an array: a NumPy scalar
+            if n.op in self._SCALAR_OPS:
+                continue    # a reduction to 0-d: a NumPy scalar
+            if n.op not in self._INT_OPS:
+                return False
+            stack.extend(n.inputs)
+        return True
 
     def shares_memory(self, value):
         """Is this traced value a view, or one a view was taken of?"""
@@ -773,7 +888,7 @@ class Trace:
             parts = [n.op, repr(n.inputs), repr(_attr_key(n.attrs)), repr(n.aval)]
             if n.op == "const":
                 v = n.value
-                parts.append(hashlib.sha1(np.ascontiguousarray(v).tobytes()).hexdigest()
+                parts.append(primitives.content_digest(v)
                              if isinstance(v, np.ndarray) else repr(v))
             if n.loc:
                 parts.append(f"{os.path.basename(n.loc[0])}:{n.loc[1]}")

@@ -89,7 +89,12 @@ class ArrayMethods:
     def __ror__(self, o): return _ops.logical_or(*_booleans("|", o, self))
     def __xor__(self, o): return _ops.logical_xor(*_booleans("^", self, o))
     def __invert__(self): return _ops.logical_not(*_booleans("~", self))
-    def __getitem__(self, idx): return _ops.getitem(self, idx)
+    def __getitem__(self, idx):
+        if type(idx) is not slice and type(idx) is not int and hasattr(idx, "_trace"):
+            sel = _ops.indexing.masked_selection(self, idx)   # x[traced mask]: lazy
+            if sel is not None:
+                return sel
+        return _ops.getitem(self, idx)
     __hash__ = object.__hash__
 
     # Attributes both dialects spell and mean alike
@@ -155,7 +160,8 @@ class ArrayMethods:
                 f"tracegrad has no rule for np.{getattr(func, '__name__', func)}; "
                 f"use an op tracegrad supports or wrap it in tg.autograd.Function "
                 f"with a hand-written backward")
-        refuse_out(getattr(func, "__name__", "function"), kwargs.get("out"))
+        if kwargs.get("out") is not None:
+            return function_out(func, fn, args, kwargs)
         return fn(*args, **kwargs)
 
 
@@ -172,12 +178,12 @@ def _ufunc_call(ufunc, fn, inputs, kwargs):
     pick NumPy's loop (``ufunc.resolve_dtypes``, so NumPy's own errors), the
     inputs are cast to it and the outputs to its output dtypes; ``order=``
     and ``subok=`` only choose the memory layout and the array class, which
-    tracegrad values do not have; ``out=`` and ``where=`` are refused."""
+    tracegrad values do not have; ``out=`` into a tracegrad value is written
+    (``_ufunc_out``, with ``where=``), ``where=`` without it is refused."""
     name = ufunc.__name__
     out = kwargs.pop("out", None)
     if out is not None and not (isinstance(out, tuple) and all(o is None for o in out)):
-        raise TypeError(f"np.{name}(..., out=) cannot write into a tracegrad value; "
-                        f"assign the result instead")
+        return _ufunc_out(ufunc, fn, inputs, out, kwargs)
     mask = kwargs.pop("where", True)
     if mask is not True:
         raise TypeError(f"tracegrad does not support np.{name}(..., where=) (an unsupported "
@@ -217,6 +223,211 @@ def _ufunc_call(ufunc, fn, inputs, kwargs):
     return outs if ufunc.nout > 1 else outs[0]
 
 
+# --- out=: NumPy writes the result into an array (issue 24, item 1) ---------------------------
+#
+# ``np.add(a, b, out=y)``, ``np.exp(x, out=y[1:])``, ``np.sum(x, axis=0, out=y)``:
+# where ``y`` is a tracegrad value (an array the function created, or a view
+# of one), the result is computed as without out=, cast to y's dtype (NumPy's
+# casting rule: 'same_kind' for ufuncs, checked by NumPy itself on stand-ins
+# of the operands' shapes and dtypes, so its errors are NumPy's) and written
+# with ``y._assign`` (functionalized: every name and view of y sees it);
+# ``where=`` keeps y's old values where the mask is False.  The call returns
+# y itself.  A plain ndarray cannot hold a traced or recorded value: that is
+# an error naming np.copy.
+
+def _is_value(v):
+    return hasattr(v, "grad_fn") or hasattr(v, "_trace")
+
+
+def _stand_in(v):
+    """A zero-cost NumPy stand-in of an operand (same shape and dtype)."""
+    if _is_value(v):
+        return np.broadcast_to(np.zeros((), np.dtype(v.dtype)), tuple(v.shape))
+    if isinstance(v, list):
+        return [_stand_in(e) for e in v]
+    if isinstance(v, tuple):
+        return tuple(_stand_in(e) for e in v)
+    if isinstance(v, np.ndarray) and type(v) is not np.ndarray:
+        return v.view(np.ndarray)      # (a captured array's view that indexes by tracers)
+    return v
+
+
+def _out_stand_in(o):
+    if o is None:
+        return None
+    return np.empty(tuple(o.shape), np.dtype(o.dtype)) if _is_value(o) else o
+
+
+def _plain_out_error(name, where="out="):
+    return TypeError(
+        f"np.{name}(..., {where}) names a plain NumPy array, and the result is a traced or "
+        f"differentiated tracegrad value, which NumPy would convert and lose (tracegrad "
+        f"cannot write into an array it does not track). Make the output an array "
+        f"tracegrad tracks: create it in the function (np.zeros/np.empty/np.zeros_like...) "
+        f"or copy it first with y = np.copy(y); or assign the result: y = np.{name}(...)")
+
+
+def refuse_argument_write(o, what, instead):
+    """Eager (compile=False): ``o`` is a value being differentiated that no
+    op made (an argument of the function) or a view of one.  NumPy would
+    write into the caller's array; refused as the trace refuses it (the
+    compiled mode's TraceError says the same)."""
+    if not hasattr(o, "_data"):
+        return
+    for v in (o, getattr(o, "_base", None)):
+        if v is not None and getattr(v, "_requires_grad", False) and v.grad_fn is None:
+            raise TypeError(
+                f"{what} into an argument of the function (or a view of one), a value being "
+                f"differentiated: NumPy would write into the caller's array, and tracegrad "
+                f"differentiates at the value it was called with. Write into a copy: "
+                f"x = x.copy() (or np.copy(x)) before the update, or {instead}.")
+
+
+def _write_out(name, o, value, mask=True):
+    """Write ``value`` (the result, in the call's dtype) into the tracegrad
+    value ``o`` as NumPy's out= does; returns ``o``."""
+    refuse_argument_write(o, f"np.{name}(..., out=)", f"y = np.{name}(...)")
+    dt = np.dtype(o.dtype)
+    if _dtype_of(value) != dt:
+        value = _ops.astype(value, dt)
+    if mask is not True:   # (an eager o is read from a copy: the write must not change it)
+        value = _ops.where(mask, value, _ops.clone(o) if hasattr(o, "_data") else o)
+    shape = tuple(o.shape)
+    if tuple(getattr(value, "shape", np.shape(value))) != shape:
+        value = _ops.broadcast_to(value, shape)
+    o._assign(value, f"np.{name}(..., out=)", f"y = np.{name}(...)")
+    return o
+
+
+def _unalias(inputs, outs):
+    """Eager operands that share memory with an output are read from a
+    copy: the update must not change what the op saved for its backward
+    (NumPy reads them before it writes)."""
+    datas = [o._data for o in outs if o is not None and hasattr(o, "_data")]
+    if not datas:
+        return inputs
+    res = []
+    for v in inputs:
+        d = getattr(v, "_data", None)
+        if d is not None and hasattr(v, "grad_fn") and \
+                any(np.may_share_memory(d, od) for od in datas):
+            v = _ops.clone(v)
+        res.append(v)
+    return res
+
+
+def _ufunc_out(ufunc, fn, inputs, out, kwargs):
+    """``ufunc(*inputs, out=out, **kwargs)`` into tracegrad values."""
+    name = ufunc.__name__
+    outs = out if isinstance(out, tuple) else (out,)
+    mask = kwargs.pop("where", True)
+    kw = {k: kwargs[k] for k in ("dtype", "signature", "casting", "order", "subok")
+          if k in kwargs}
+    if any(o is not None and not _is_value(o) for o in outs):
+        raise _plain_out_error(name)
+    # NumPy's own checks (entries, shapes, casting, dtype=...) on stand-ins
+    with np.errstate(all="ignore"):
+        ufunc(*[_stand_in(v) for v in inputs],
+              out=tuple(_out_stand_in(o) for o in outs) if isinstance(out, tuple)
+              else _out_stand_in(out),
+              **({} if mask is True else {"where": _stand_in(mask)}), **kw)
+    kwargs = {k: v for k, v in kwargs.items() if k not in ("order", "subok")}
+    inputs = _unalias(list(inputs), outs)
+    if not any(_is_value(v) for v in inputs):
+        # constants written into a tracegrad value: NumPy computes them (into
+        # arrays of out's dtype, its loop)
+        tmp = tuple(None if o is None else np.zeros(tuple(o.shape), np.dtype(o.dtype))
+                    for o in outs)
+        with np.errstate(all="ignore"):
+            res = ufunc(*[_stand_in(v) for v in inputs], out=tmp, **kwargs)
+    else:
+        dtype = kwargs.pop("dtype", None)
+        signature = kwargs.pop("signature", None)
+        casting = kwargs.pop("casting", None)
+        if kwargs:
+            raise TypeError(f"np.{name}() got an unexpected keyword argument "
+                            f"{next(iter(kwargs))!r}")
+        if dtype is not None:
+            signature = (None,) * ufunc.nin + (np.dtype(dtype),) * ufunc.nout
+        elif isinstance(signature, (tuple, list)):
+            signature = tuple(None if d is None else np.dtype(d) for d in signature)
+        extra = {} if signature is None else {"signature": signature}
+        if ufunc.signature:
+            loop = None     # a gufunc (matmul): its loop follows the inputs
+        else:
+            loop = ufunc.resolve_dtypes(
+                tuple(_dtype_of(v) for v in inputs)
+                + tuple(None if o is None else np.dtype(o.dtype) for o in outs),
+                casting=casting or "same_kind", **extra)
+        if loop is not None:
+            inputs = [v if isinstance(v, (bool, int, float, complex)) or _dtype_of(v) == d
+                      else _ops.astype(v, d) for v, d in zip(inputs, loop[:ufunc.nin])]
+        res = fn(*inputs)
+        if loop is not None:
+            rs = res if ufunc.nout > 1 else (res,)
+            rs = tuple(r if _dtype_of(r) == d else _ops.astype(r, d)
+                       for r, d in zip(rs, loop[ufunc.nin:]))
+            res = rs if ufunc.nout > 1 else rs[0]
+    rs = res if ufunc.nout > 1 else (res,)
+    if mask is not True and any(o is None for o in outs):
+        raise TypeError(f"tracegrad does not support np.{name}(..., where=) with an output "
+                        f"left to NumPy (out=None): NumPy leaves its elements where the mask "
+                        f"is False uninitialised; pass out= for every output")
+    got = tuple(r if o is None else _write_out(name, o, r, mask) for r, o in zip(rs, outs))
+    return got if ufunc.nout > 1 else got[0]
+
+
+# Reductions whose result NumPy computes into out= in out's dtype, step by
+# step (np.mean: the sum cast to out's dtype, then divided there): honoured
+# when out= has the result's dtype.
+_STEPWISE = frozenset({"mean", "std", "var", "nanmean", "nanstd", "nanvar", "average",
+                       "median", "nanmedian", "quantile", "percentile", "nanquantile",
+                       "nanpercentile"})
+
+
+# ... and those that accumulate with a ufunc in the dtype NumPy's loop picks for out's dtype,
+# with the position of their dtype argument
+_ACCUMULATES_IN = {"sum": np.add, "nansum": np.add, "cumsum": np.add, "nancumsum": np.add,
+                   "prod": np.multiply, "nanprod": np.multiply, "cumprod": np.multiply,
+                   "nancumprod": np.multiply, "trace": np.add}
+_DTYPE_AT = {"sum": 2, "nansum": 2, "cumsum": 2, "nancumsum": 2, "prod": 2, "nanprod": 2,
+             "cumprod": 2, "nancumprod": 2, "trace": 4}
+
+
+def function_out(func, fn, args, kwargs):
+    """``func(*args, out=..., **kwargs)`` (an array function: np.sum,
+    np.cumsum, np.clip, np.concatenate...) into a tracegrad value."""
+    name = getattr(func, "__name__", "function")
+    kwargs = dict(kwargs)
+    out = kwargs.pop("out")
+    o = out[0] if isinstance(out, tuple) and len(out) == 1 else out
+    if not _is_value(o):
+        raise _plain_out_error(name)
+    # NumPy's own checks (shape, casting) on stand-ins
+    stand_ins = _stand_in(tuple(args)), {k: _stand_in(v) for k, v in kwargs.items()}
+    with np.errstate(all="ignore"):
+        func(*stand_ins[0], out=_out_stand_in(o) if o is out else (_out_stand_in(o),),
+             **stand_ins[1])
+    ufunc = _ACCUMULATES_IN.get(name)
+    if ufunc is not None and kwargs.get("dtype") is None and len(args) <= _DTYPE_AT[name]:
+        # NumPy's sum/prod/cumsum... into out= accumulate in the dtype its loop
+        # picks for out's dtype (float32 data into a float64 out: in float64)
+        with np.errstate(all="ignore"):
+            natural = np.asarray(func(*stand_ins[0], **stand_ins[1])).dtype
+        loop = ufunc.resolve_dtypes((np.dtype(o.dtype), _dtype_of(args[0]), None),
+                                    reduction=True, casting="unsafe")[0]
+        if loop != natural:
+            kwargs["dtype"] = loop
+    res = fn(*_unalias(list(args), (o,)), **kwargs)
+    if name in _STEPWISE and np.dtype(o.dtype) != _dtype_of(res):
+        raise TypeError(f"tracegrad does not support np.{name}(..., out=) of another dtype "
+                        f"({o.dtype}) than the result's ({_dtype_of(res)}): NumPy computes "
+                        f"it step by step in out's dtype; write y[...] = np.{name}(...)"
+                        f".astype(y.dtype) (or np.{name}(..., dtype=y.dtype, out=y))")
+    _write_out(name, o, res)
+    return out
+
+
 def refuse_out(name, out):
     """NumPy writes its result into ``out=``; a traced or recorded value
     cannot be written into an array, so tracegrad refuses it (never ignores it)."""
@@ -230,6 +441,10 @@ def _reduce_ufunc(ufunc, method, inputs, kwargs):
     # np.add.reduce(t, axis), np.multiply.accumulate, np.maximum.outer,
     # np.add.reduceat, np.add.at: they live with the NumPy functions
     fn = NUMPY_FUNCTIONS.get(ufunc)
+    out = kwargs.get("out")
+    if method in ("reduce", "accumulate", "reduceat") and out is not None and \
+            not (isinstance(out, tuple) and all(o is None for o in out)):
+        return _ufunc_method_out(ufunc, method, inputs, dict(kwargs))
     if method == "outer" and fn is not None and ufunc.nin == 2 and len(inputs) == 2:
         # A[..., None, ...] op B, with the ufunc keywords of a call (_ufunc_call)
         a, b = inputs
@@ -245,6 +460,29 @@ def _reduce_ufunc(ufunc, method, inputs, kwargs):
         getattr(ufunc, method)(stand_in, *(([0],) if method == "reduceat" else ()),
                                dtype=kwargs.get("dtype"))
     return _ops.numpy_functions.ufunc_method(ufunc, method, inputs, kwargs)
+
+
+def _ufunc_method_out(ufunc, method, inputs, kwargs):
+    """np.add.reduce(x, axis, out=y), np.multiply.accumulate(x, out=y),
+    np.add.reduceat(x, idx, out=y) into a tracegrad value y (as function_out)."""
+    name = f"{ufunc.__name__}.{method}"
+    out = kwargs.pop("out")
+    o = out[0] if isinstance(out, tuple) and len(out) == 1 else out
+    if not _is_value(o):
+        raise _plain_out_error(name)
+    stand_ins = [_stand_in(v) for v in inputs], {k: _stand_in(v) for k, v in kwargs.items()}
+    with np.errstate(all="ignore"):
+        getattr(ufunc, method)(*stand_ins[0], out=(_out_stand_in(o),), **stand_ins[1])
+        if kwargs.get("dtype") is None and inputs:
+            # accumulated in the dtype NumPy's loop picks for out's dtype
+            natural = np.asarray(getattr(ufunc, method)(*stand_ins[0], **stand_ins[1])).dtype
+            loop = ufunc.resolve_dtypes((np.dtype(o.dtype), _dtype_of(inputs[0]), None),
+                                        reduction=True, casting="unsafe")[0]
+            if loop != natural:
+                kwargs["dtype"] = loop
+    res = _ops.numpy_functions.ufunc_method(ufunc, method, _unalias(list(inputs), (o,)), kwargs)
+    _write_out(name, o, res)
+    return o
 
 
 def _builtins_max(a, b):

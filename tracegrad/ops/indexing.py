@@ -191,12 +191,33 @@ def _setitem_jvp(ts, out, x, v, *arrays, index):
     return bind(setitem_p, base, 0.0 if tv is None else tv, *arrays, index=index)
 
 
+def _setitem_v_vjp(g, out, x, v, *arrays, index):
+    """v's cotangent: g at the written positions.  Where an index array
+    repeats a position (``y[[1, 1]] = v``), NumPy keeps the last write, so
+    only that occurrence of v receives g there (the others are overwritten)."""
+    gv = bind(getitem_p, g, *arrays, index=index)
+    if not arrays:   # a basic index selects each position once
+        return gv
+    sel = tuple(shape_of(gv))
+    ids = np.arange(int(np.prod(sel, dtype=np.int64)), dtype=np.float64).reshape(sel)
+    if not any(is_value(a) for a in arrays):
+        stamp = np.full(tuple(shape_of(x)), -1.0)
+        idx = build_index(index, arrays)
+        stamp[idx] = ids
+        last = stamp[idx] == ids
+        return gv if last.all() else where(last, gv, 0.0)
+    # traced index arrays: the same stamp, computed where the indices are known
+    stamp = bind(setitem_p, np.full(tuple(shape_of(x)), -1.0), ids, *arrays, index=index)
+    return where(bind(getitem_p, stamp, *arrays, index=index) == ids, gv, 0.0)
+
+
 setitem_p = register(
     "setitem", lambda xp, x, v, *arrays, index: _rt._setitem(x, build_index(index, arrays), v),
     shape=lambda x, v, *arrays, index: Aval(x.shape, x.dtype),
     # x's cotangent is g with the overwritten positions zeroed; v's is g there
+    # (at the last write of a repeated position)
     vjp=(lambda g, out, x, v, *arrays, index: bind(setitem_p, g, 0.0, *arrays, index=index),
-         lambda g, out, x, v, *arrays, index: bind(getitem_p, g, *arrays, index=index)),
+         _setitem_v_vjp),
     jvp=_setitem_jvp,
     numpy=lambda names, index:
         f"_setitem({names[0]}, {_index_text(index, names[2:], False)}, {names[1]})",
@@ -451,6 +472,12 @@ def assign_index(x, idx, value):
     """What ``x[idx] = value`` makes of ``x`` in NumPy: a copy of ``x`` with
     ``value`` cast to its dtype and broadcast into ``x[idx]``."""
     idx = plain_index(idx)
+    if isinstance(value, MaskedSelection):     # y[mask] = <an expression of x[mask]>
+        m = idx[0] if isinstance(idx, tuple) and len(idx) == 1 else idx
+        if not (_is_tracer(m) and m.dtype == np.bool_ and m.shape
+                and tuple(m.shape) == tuple(shape_of(x))[:len(m.shape)]):
+            value._refuse("y[index] = x[mask] with an index other than the same traced mask")
+        return value._write_into(x, m)
     if isinstance(value, (list, tuple)):
         value = _ops.stack([v for v in value]) if any(is_value(v) for v in value) \
             else np.asarray(value)
@@ -477,6 +504,199 @@ def assign_index(x, idx, value):
         v = value.reshape(()) if is_value(value) else np.asarray(value).reshape(())
         return where(m, v, x)
     return setitem(x, idx, value)
+
+
+class MaskedSelection:
+    """``x[mask]`` for a traced boolean ``mask`` (issue 24): its shape
+    depends on the mask's values, so it is kept lazily as the full-shape
+    array ``full`` whose elements under the mask are the selection's.  What
+    keeps the selection's positions is supported:
+
+    * elementwise arithmetic and ufuncs with numbers, 0-d values, values
+      that broadcast over the trailing axes, or another selection by the
+      same mask (``x[mask] * 2``, ``np.exp(x[mask])``), and the in-place
+      forms (``y[mask] *= a`` runs ``tmp = y[mask]; tmp *= a; y[mask] = tmp``);
+    * assigning it back: ``y[mask] = sel`` is ``np.where(mask, sel_full, y)``;
+    * ``sel.sum()`` / ``np.sum(sel)``: ``np.sum(np.where(mask, full, 0))``.
+
+    Anything else raises the traced-mask error.  Elements outside the mask
+    are 1 before each operation, so nothing there overflows or poisons a
+    gradient."""
+    __slots__ = ("mask", "full", "_rest")
+
+    def __init__(self, full, mask):
+        self.full = full
+        self.mask = mask
+        self._rest = tuple(shape_of(full))[len(mask.shape):]
+
+    @property
+    def dtype(self):
+        return self.full.dtype
+
+    @property
+    def ndim(self):
+        return 1 + len(self._rest)
+
+    def _m(self):
+        m = self.mask
+        return m.reshape(tuple(m.shape) + (1,) * len(self._rest)) if self._rest else m
+
+    def _safe(self):
+        return where(self._m(), self.full, np.ones((), self.full.dtype))
+
+    def _operand(self, other, what):
+        if isinstance(other, MaskedSelection):
+            if other.mask is not self.mask and other.mask.id != self.mask.id:
+                self._refuse(f"{what} of selections by two different traced masks")
+            return other._safe()
+        shp = tuple(shape_of(other)) if is_value(other) else np.shape(other)
+        rest = self._rest
+        if isinstance(other, (list, tuple)):
+            other = np.asarray(other)
+        if len(shp) > 1 + len(rest) or (len(shp) == 1 + len(rest) and shp[0] != 1):
+            self._refuse(f"{what} of a selection x[mask] (its length depends on the traced "
+                         f"mask) and an array of shape {shp}")
+        if len(shp) == 1 + len(rest):
+            other = other.reshape(shp[1:])
+            shp = shp[1:]
+        try:
+            np.broadcast_shapes(shp, rest)
+        except ValueError:
+            self._refuse(f"{what} of a selection x[mask] with trailing shape {rest} and an "
+                         f"array of shape {shp}")
+        return other
+
+    def _refuse(self, what=None):
+        if what is None:
+            _traced_mask_error(self.mask)
+        m = self.mask
+        self.mask._misuse(
+            f"{what} (x[mask] with a traced boolean array ({m.dtype}{list(m.shape)}) used as "
+            f"an index)",
+            "x[mask] with a traced mask is kept lazily (its length depends on the mask's "
+            "values): elementwise arithmetic with numbers, 0-d values or another x[mask] of "
+            "the same mask, y[mask] op= value, y[mask] = <that> and .sum() work. Otherwise "
+            "keep the shape: np.where(mask, x, 0.0).")
+
+    def _binary(self, fn, other, swap=False, what="arithmetic"):
+        o = self._operand(other, what)
+        a = self._safe()
+        return MaskedSelection(fn(o, a) if swap else fn(a, o), self.mask)
+
+    def _inplace(self, fn, other, symbol):
+        r = self._binary(fn, other, what=f"in-place '{symbol}'")
+        if np.dtype(r.dtype) != np.dtype(self.dtype):
+            if not np.can_cast(r.dtype, self.dtype, "same_kind"):
+                raise TypeError(f"Cannot cast ufunc '{symbol[:-1]}' output from "
+                                f"{np.dtype(r.dtype)!r} to {np.dtype(self.dtype)!r} with "
+                                f"casting rule 'same_kind'")
+            r.full = _ops.astype(r.full, self.dtype)
+        self.full = r.full
+        return self
+
+    def _write_into(self, y, mask):
+        """y[mask] = self, as a new value of y."""
+        if mask is not self.mask and mask.id != self.mask.id:
+            self._refuse("y[mask] = x[mask2] with two different traced masks")
+        if tuple(shape_of(y)) != tuple(shape_of(self.full)):
+            self._refuse(f"y[mask] = x[mask] with y of shape {tuple(shape_of(y))} and x of "
+                         f"shape {tuple(shape_of(self.full))}")
+        v = self.full
+        if np.dtype(v.dtype) != np.dtype(y.dtype):
+            if v.dtype.kind == "c" and y.dtype.kind != "c":
+                raise TypeError(f"item assignment of a complex value into a {y.dtype} array "
+                                f"would discard the imaginary part; write np.real(value)")
+            v = _ops.astype(v, y.dtype)
+        return where(self._m(), v, y)
+
+    def sum(self, axis=None, dtype=None, out=None, keepdims=False, **kw):
+        if axis is not None or out is not None or keepdims or kw:
+            self._refuse("x[mask].sum(axis=, out=, keepdims=...)")
+        r = _ops.sum(where(self._m(), self.full, np.zeros((), self.full.dtype)))
+        return r if dtype is None else _ops.astype(r, dtype)
+
+    def __array_function__(self, func, types, args, kwargs):
+        if func is np.sum and args and args[0] is self and len(args) == 1:
+            return self.sum(**kwargs)
+        self._refuse(f"np.{getattr(func, '__name__', func)} of x[mask]")
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if method != "__call__" or kwargs or ufunc.nout != 1:
+            self._refuse(f"np.{ufunc.__name__}.{method} of x[mask]")
+        if ufunc.nin == 1:
+            return MaskedSelection(ufunc(self._safe()), self.mask)
+        if ufunc.nin == 2 and len(inputs) == 2:
+            if inputs[0] is self:
+                return self._binary(ufunc, inputs[1])
+            return self._binary(ufunc, inputs[0], swap=True)
+        self._refuse(f"np.{ufunc.__name__} of x[mask]")
+
+    def __array__(self, dtype=None, copy=None):
+        self._refuse()
+
+    def __getattr__(self, name):
+        if name.startswith("_") or name in ("grad_fn", "requires_grad"):
+            raise AttributeError(f"'MaskedSelection' object has no attribute {name!r}")
+        self._refuse(f"x[mask].{name}")
+
+    def __bool__(self):
+        self._refuse()
+
+    def __len__(self):
+        self._refuse()
+
+    def __iter__(self):
+        self._refuse()
+
+    def __getitem__(self, idx):
+        self._refuse("indexing x[mask][...]")
+
+    def __setitem__(self, idx, value):
+        self._refuse("item assignment into x[mask][...]")
+
+    def __neg__(self):
+        return MaskedSelection(-self._safe(), self.mask)
+
+    def __pos__(self):
+        return MaskedSelection(+self._safe(), self.mask)
+
+    def __abs__(self):
+        return MaskedSelection(abs(self._safe()), self.mask)
+
+
+def _masked_ops():
+    for sym, op in (("add", operator.add), ("sub", operator.sub), ("mul", operator.mul),
+                    ("truediv", operator.truediv), ("floordiv", operator.floordiv),
+                    ("mod", operator.mod), ("pow", operator.pow)):
+        def fwd(self, other, _op=op):
+            return self._binary(_op, other)
+
+        def rev(self, other, _op=op):
+            return self._binary(_op, other, swap=True)
+
+        def inp(self, other, _op=op, _s=sym):
+            return self._inplace(_op, other, {"add": "+=", "sub": "-=", "mul": "*=",
+                                              "truediv": "/=", "floordiv": "//=", "mod": "%=",
+                                              "pow": "**="}[_s])
+        setattr(MaskedSelection, f"__{sym}__", fwd)
+        setattr(MaskedSelection, f"__r{sym}__", rev)
+        setattr(MaskedSelection, f"__i{sym}__", inp)
+    for sym in ("lt", "le", "gt", "ge", "eq", "ne", "matmul", "rmatmul", "and", "or", "xor"):
+        def refuse(self, other, _s=sym):
+            self._refuse(f"'{_s}' of x[mask]")
+        setattr(MaskedSelection, f"__{sym}__", refuse)
+
+
+_masked_ops()
+
+
+def masked_selection(x, idx):
+    """``x[idx]`` as a MaskedSelection where ``idx`` is one traced boolean
+    array over x's leading axes, else None."""
+    if _is_tracer(idx) and idx.dtype == np.bool_ and idx.shape and _is_tracer(x) and \
+            tuple(idx.shape) == tuple(shape_of(x))[:len(idx.shape)]:
+        return MaskedSelection(x, idx)
+    return None
 
 
 def index_add(g, idx, shape):

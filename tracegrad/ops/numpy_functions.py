@@ -27,7 +27,8 @@ import string
 import numpy as np
 
 from tracegrad.ops.primitives import Aval, bind, register
-from tracegrad.ops._define import implements, norm_axes, numpy_copy, NUMPY_FUNCTIONS
+from tracegrad.ops._define import (implements, norm_axes, numpy_copy, NUMPY_FUNCTIONS,
+                                   refuse_argument_write)
 from tracegrad.ops.base import (add, sub, mul, div, neg, where, equal, astype, reshape,
                                 transpose, sum, broadcast_to, swapaxes, matmul, is_value,
                                 shape_of, def_elementwise, zeros_rule, zeros_like_value,
@@ -75,8 +76,9 @@ def _no_out(name, out, kw=None):
     if out is not None or (kw and any(v is not None for v in kw.values())):
         bad = sorted(["out"] if out is not None else []) + sorted(k for k, v in (kw or {}).items()
                                                                     if v is not None)
-        raise TypeError(f"np.{name}: the argument(s) {bad} cannot be honoured on a tracegrad "
-                        f"value (it is never written in place); assign the result instead")
+        raise TypeError(f"np.{name}: the argument(s) {bad} are not supported by tracegrad "
+                        f"here; assign the result instead (y = np.{name}(...)), or write it "
+                        f"into an array the function made with y[...] = np.{name}(...)")
 
 
 def _constant(v, fn, what):
@@ -1679,3 +1681,189 @@ def _pad_stat(x, pad_width, mode, kwargs):
             parts.append(broadcast_to(stats[1], shape_of(x)[:ax] + (b,) + shape_of(x)[ax + 1:]))
         x = concatenate(parts, axis=ax)
     return x
+
+
+# --- writes into an array: np.put, np.copyto, np.place, np.putmask, np.fill_diagonal ------
+#
+# NumPy writes into its first argument and returns None.  On a tracegrad
+# value (an array the function created, or a view of one) the new value
+# replaces it for every name and view bound to it (``a._assign``, as
+# ``a[idx] = v`` does); a plain ndarray cannot hold a traced or recorded
+# value: an error that names np.copy.  Which positions are written must be
+# known while tracing (constant indices and masks), except for np.putmask
+# and np.copyto(where=), whose masks may be traced values.
+
+_select = where     # (np.copyto's where= shadows the op's name)
+
+
+def _write_target(a, name):
+    if not is_value(a):
+        raise TypeError(
+            f"np.{name}(a, ...) with a plain NumPy array a and a traced or differentiated "
+            f"tracegrad value would write that value into a plain array, which NumPy would "
+            f"convert and lose (tracegrad cannot write into an array it does not track). "
+            f"Write into an array tracegrad tracks: create it in the function "
+            f"(np.zeros/np.empty/np.zeros_like...) or copy it first with a = np.copy(a)")
+    refuse_argument_write(a, f"np.{name}", "compute the new array with np.where or tg.setitem")
+    return a
+
+
+def _known_positions(v, name, what):
+    """The values of an index or mask argument, which say where to write."""
+    if is_value(v):
+        known = getattr(v, "known_value", None)
+        kv = known() if known is not None else (
+            np.asarray(v._data) if hasattr(v, "_data") and not getattr(v, "requires_grad", 0)
+            else None)
+        if kv is None:
+            instead = ("np.putmask(a, mask, values) or a = np.where(mask, values, a) for a "
+                       "traced mask" if what == "mask" else
+                       "a = tg.setitem(a, index, values) for traced indices")
+            raise TypeError(f"np.{name}: tracegrad needs the {what} as constants (they say "
+                            f"which elements are written, and how many); pass a NumPy array "
+                            f"(a global, a default or an argument marked static), or write "
+                            f"{instead}")
+        return np.asarray(kv)
+    return np.asarray(v)
+
+
+def _flat_write(a, pos, values, cycle, name):
+    """``a`` with ``a.flat[pos[i]] = values.flat[cycle[i]]`` (positions
+    unique), the values cast to a's dtype as NumPy's flat assignment does."""
+    shp = shape_of(a)
+    if len(pos) == 0:
+        return a
+    v = values if is_value(values) else np.asarray(values)
+    flat_v = reshape(v, (-1,)) if is_value(v) else v.reshape(-1)
+    sel = getitem(flat_v, cycle) if is_value(flat_v) else flat_v[cycle]
+    if not shp:
+        from tracegrad.ops.indexing import assign_index
+        return assign_index(a, (), reshape(sel, ()) if is_value(sel) else sel.reshape(()))
+    from tracegrad.ops.indexing import assign_index
+    return assign_index(a, np.unravel_index(pos, shp), sel)
+
+
+def _size(a):
+    return int(np.prod(shape_of(a), dtype=np.int64))
+
+
+@implements(np.put)
+def put(a, ind, v, mode="raise"):
+    """np.put / ndarray.put: ``a.flat[ind] = v``, v repeated as needed; the
+    last of repeated indices wins."""
+    _write_target(a, "put")
+    if mode not in ("raise", "wrap", "clip"):
+        raise ValueError(f"clipmode must be one of 'clip', 'raise', or 'wrap' (got {mode!r})")
+    ind = _known_positions(ind, "put", "indices").reshape(-1)
+    if ind.size and ind.dtype.kind not in "iu":
+        if ind.dtype.kind == "b" or not np.can_cast(ind.dtype, np.intp, "same_kind"):
+            raise TypeError(f"Cannot cast array data from {ind.dtype!r} to dtype('int64') "
+                            f"according to the rule 'safe'")
+    ind = ind.astype(np.intp)
+    n = _size(a)
+    nv = _size(v) if is_value(v) else np.size(v)
+    if nv == 0 or ind.size == 0:
+        return None
+    if mode == "raise":
+        bad = (ind < -n) | (ind >= n)
+        if bad.any():
+            raise IndexError(f"index {int(ind[bad][0])} is out of bounds for axis 0 with size {n}")
+        pos = ind % n if n else ind
+    elif mode == "wrap":
+        if n == 0:
+            raise IndexError("cannot replace elements of an empty array")
+        pos = ind % n
+    else:
+        if n == 0:
+            raise IndexError("cannot replace elements of an empty array")
+        pos = np.clip(ind, 0, n - 1)
+    cycle = np.arange(len(pos)) % nv
+    # the last write to a position wins
+    last = {}
+    for i, p in enumerate(pos.tolist()):
+        last[p] = i
+    keep = np.array(sorted(last.values()), dtype=np.intp)
+    a._assign(_flat_write(a, pos[keep], v, cycle[keep], "put"), "np.put(a, ind, v)",
+              "a = tg.setitem(a, index, value)")
+    return None
+
+
+@implements(np.place)
+def place(arr, mask, vals):
+    """np.place: the elements where ``mask`` is true get ``vals`` in turn,
+    repeated as needed."""
+    _write_target(arr, "place")
+    m = _known_positions(mask, "place", "mask")
+    if m.size != _size(arr):
+        raise ValueError("place: mask and data must be the same size")
+    pos = np.flatnonzero(m.reshape(-1))
+    nv = _size(vals) if is_value(vals) else np.size(vals)
+    if len(pos) and nv == 0:
+        raise ValueError("Cannot insert from an empty array!")
+    if not len(pos):
+        return None
+    arr._assign(_flat_write(arr, pos, vals, np.arange(len(pos)) % nv, "place"),
+                "np.place(arr, mask, vals)", "arr = np.where(mask, values, arr)")
+    return None
+
+
+@implements(np.putmask)
+def putmask(a, mask, values):
+    """np.putmask: ``a.flat[n] = values.flat[n % len(values)]`` where
+    ``mask.flat[n]`` is true (the mask may be a traced value)."""
+    _write_target(a, "putmask")
+    n = _size(a)
+    msize = _size(mask) if is_value(mask) else np.size(mask)
+    if msize != n:
+        raise ValueError("putmask: mask and data must be the same size")
+    nv = _size(values) if is_value(values) else np.size(values)
+    if nv == 0 or n == 0:
+        return None
+    shp = shape_of(a)
+    v = values if is_value(values) else np.asarray(values)
+    flat_v = reshape(v, (-1,)) if is_value(v) else v.reshape(-1)
+    cyc = np.arange(n) % nv
+    full = getitem(flat_v, cyc) if is_value(flat_v) else flat_v[cyc]
+    full = reshape(full, shp) if is_value(full) else full.reshape(shp)
+    if _dtype(full) != _dtype(a):
+        full = astype(full, _dtype(a)) if is_value(full) else full.astype(_dtype(a))
+    m = reshape(mask, shp) if is_value(mask) else np.asarray(mask).reshape(shp)
+    if _dtype(m) != np.bool_:
+        m = astype(m, np.bool_) if is_value(m) else m.astype(bool)
+    a._assign(where(m, full, clone(a) if hasattr(a, "_data") else a),
+              "np.putmask(a, mask, values)", "a = np.where(mask, values, a)")
+    return None
+
+
+@implements(np.copyto)
+def copyto(dst, src, casting="same_kind", where=True):
+    """np.copyto: ``dst[...] = src`` (broadcast, cast under ``casting``),
+    only where ``where`` is true."""
+    _write_target(dst, "copyto")
+    from tracegrad.ops._define import _stand_in
+    # NumPy's own checks (broadcasting, casting) on stand-ins
+    np.copyto(np.empty(shape_of(dst), _dtype(dst)), _stand_in(src), casting=casting,
+              where=_stand_in(where))
+    s = _operand(src)
+    if _dtype(s) != _dtype(dst):
+        s = astype(s, _dtype(dst)) if is_value(s) else s.astype(_dtype(dst))
+    old = clone(dst) if hasattr(dst, "_data") else dst   # eager: read from a copy
+    dst._assign(_select(where, s, old), "np.copyto(dst, src)", "dst = np.where(mask, src, dst)")
+    return None
+
+
+@implements(np.fill_diagonal)
+def fill_diagonal(a, val, wrap=False):
+    """np.fill_diagonal: the main diagonal of ``a`` (all dimensions equal
+    when ndim > 2) gets ``val`` in turn, repeated as needed."""
+    _write_target(a, "fill_diagonal")
+    shp = shape_of(a)
+    marks = np.zeros(shp, dtype=bool)
+    np.fill_diagonal(marks, True, wrap=wrap)      # NumPy's checks and positions
+    pos = np.flatnonzero(marks.reshape(-1))
+    nv = _size(val) if is_value(val) else np.size(val)
+    if not len(pos) or nv == 0:
+        return None
+    a._assign(_flat_write(a, pos, val, np.arange(len(pos)) % nv, "fill_diagonal"),
+              "np.fill_diagonal(a, val)", "a = tg.setitem(a, index, value)")
+    return None

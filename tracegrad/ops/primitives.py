@@ -231,6 +231,24 @@ def with_message(e, message):
         return next(c for c in type(e).__mro__ if c.__module__ == "builtins")(message)
 
 
+def content_digest(arr) -> str:
+    """A digest of an array's bytes, the identity of a constant (with its
+    dtype and shape).  An array whose elements all have the same bytes
+    (np.zeros, np.ones, np.full of any size) is recognised without hashing
+    it: a simulation's np.zeros((n, 3)), and the ones of its gradient, are
+    constants that every trace, pass and target would otherwise hash again."""
+    import hashlib
+    flat = np.ascontiguousarray(arr).reshape(-1)
+    if flat.nbytes >= 4096:
+        width = flat.dtype.itemsize
+        words = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}.get(width)
+        u = flat.view(words) if words is not None else \
+            flat.view(np.uint8).reshape(flat.size, width)
+        if (u == u[0]).all():
+            return "all " + flat[:1].tobytes().hex()
+    return hashlib.sha1(flat.tobytes()).hexdigest()
+
+
 def aval_of(x) -> Aval:
     if isinstance(x, Aval):
         return x

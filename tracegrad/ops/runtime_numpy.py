@@ -75,6 +75,9 @@ def _setitem(x, idx, v):
     return y
 
 
+SHORTER_SLICE = "dynamic slice ["   # how the error below begins (copied into generated code)
+
+
 def _dynamic_slice_index(x, start, axis, delta, step):
     """The index ``[..., start:start + delta:step]`` (on ``axis``) for a start
     known only at run time.  Compiled code was traced for
@@ -88,6 +91,8 @@ def _dynamic_slice_index(x, start, axis, delta, step):
     want = len(range(0, delta, step))
     if got != want:
         lo, hi = (0, n - delta) if step > 0 else (-delta, n - 1)
+        # (tracegrad.api knows this message: it runs the call again
+        # specialised on the values of its integer arguments)
         raise IndexError(
             f"dynamic slice [{s}:{s + delta}" + (f":{step}" if step != 1 else "") + "] of "
             f"axis {axis} (length {n}) holds {got} elements in NumPy, but the compiled code "

@@ -204,9 +204,24 @@ def flatten(x, start_dim=0, end_dim=-1):
     return reshape(x, s[:a] + (n,) + s[b + 1:])
 
 
+def _c_contiguous(x):
+    """Is ``x``'s memory C-contiguous (a traced view's strides replayed, an
+    eager value's array)?"""
+    flag = getattr(x, "_c_contiguous", None)
+    if flag is not None:
+        return flag
+    flags = getattr(getattr(x, "_data", None), "flags", None)
+    return flags is None or flags.c_contiguous
+
+
 @method("ravel")
 @implements(np.ravel)
 def ravel(x, order="C"):
+    if order == "C" and is_value(x) and not _c_contiguous(x):
+        # NumPy's ravel is a view only of contiguous memory (x[::-1].ravel()
+        # and x.T.ravel() copy, so writes into the result stay there)
+        from tracegrad.ops.base import clone
+        x = clone(x)
     return reshape(x, (-1,), order=order)
 
 

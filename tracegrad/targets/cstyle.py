@@ -116,14 +116,19 @@ class Target:
     functions carry an ``f``; CUDA's are overloaded); pass_contiguous: the
     driver expression of an array argument (``{arg}``, ``{dtype}``);
     library: the array library of the driver's other calls, named in its
-    comments."""
+    comments; expression: a function mapping (op name, the registry's
+    expression template, per operand its value where it is a compile-time
+    literal, else None) to the template this target prints (default: the
+    registry's), for the ops whose registry expression is slow or not
+    NumPy's on this target."""
 
-    def __init__(self, name, acc_store, pass_array, library, math=None):
+    def __init__(self, name, acc_store, pass_array, library, math=None, expression=None):
         self.name = name
         self.library = library
         self.acc_store = acc_store
         self.pass_array = pass_array
         self.math = math or (lambda expr, dtype: expr)
+        self.expression = expression or (lambda op, template, literal: template)
 
 
 class Kernel:
@@ -241,16 +246,22 @@ class Kernel:
                 compute = np.result_type(*arr) if arr else out_dt
             else:
                 compute = out_dt
-            texts = []
+            texts, literal = [], []
             for u in ops:
+                du = g.nodes[u]
+                val = du["value"] if u not in members and du["op"] == "const" else None
+                if isinstance(val, np.ndarray):
+                    val = val.reshape(()).item() if val.size == 1 else None
+                literal.append(val)
                 text, dt = operand(u, compute)
                 if dt is not None and np.dtype(dt) != compute and np.dtype(dt).kind != "b":
                     text = f"(({ctype(compute)}){text})"
                 texts.append(text)
             # only the attributes the expression prints (astype's dtype is not)
+            template = self.target.expression(d["op"], prim.cuda, tuple(literal))
             attrs = {key: _attr_literal(val) for key, val in d["attrs"].items()
-                     if "{" + key in prim.cuda}
-            expr = self.target.math(prim.cuda.format(*texts, **attrs), compute)
+                     if "{" + key in template}
+            expr = self.target.math(template.format(*texts, **attrs), compute)
             src = pysource.source_comment(d.get("loc"))
             self.body.append({"code": f"const {ctype(out_dt)} v{v} = {expr};",
                               "comment": f"%{v} {d['op']}",
@@ -466,7 +477,9 @@ class DriverModule(pysource.Module):
         if name is None:
             name = f"_c{len(self._const_names)}"
             self._const_names[key] = name
-            if arr.size <= 16 and arr.dtype.kind in "fiub" and np.isfinite(arr).all():
+            if arr.size == 0:   # tolist() of a (0, 2) array is [], which loses the shape
+                code = f"np.empty({tuple(arr.shape)!r}, dtype={pysource.scalar_type(arr.dtype)})"
+            elif arr.size <= 16 and arr.dtype.kind in "fiub" and np.isfinite(arr).all():
                 code = f"np.array({arr.tolist()!r}, dtype={pysource.scalar_type(arr.dtype)})"
             else:
                 b = base64.b64encode(np.ascontiguousarray(arr).tobytes()).decode()

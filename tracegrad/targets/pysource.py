@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import builtins
-import hashlib
 import inspect
 import keyword
 import math
@@ -104,6 +103,8 @@ def _const_code(arr):
     t = scalar_type(arr.dtype)
     if arr.ndim == 0 and np.isfinite(arr).all() and arr.dtype.kind in "fiub":
         return f"{t}({literal(arr.item())})", False
+    if arr.size == 0:   # tolist() of a (0, 2) array is [], which loses the shape
+        return f"np.empty({tuple(arr.shape)!r}, dtype={t})", False
     if arr.size <= 16 and arr.dtype.kind in "fiub" and np.isfinite(arr).all():
         return f"np.array({arr.tolist()!r}, dtype={t})", False
     if arr.size and arr.dtype.kind in "fiub" and np.isfinite(arr.flat[0]) \
@@ -444,7 +445,7 @@ class Module:
         self.helpers.append(src.rstrip())
 
     def constant(self, node, arr):
-        key = (arr.dtype.str, arr.shape, hashlib.sha1(np.ascontiguousarray(arr).tobytes()).hexdigest())
+        key = (arr.dtype.str, arr.shape, primitives.content_digest(arr))
         name = self._const_names.get(key)
         if name is None:
             name = f"_c{len(self._const_names)}"

@@ -47,17 +47,58 @@ _MATH_RE = re.compile(r"\b(" + "|".join(_MATH) + r")\(")
 _CLASSIFY_RE = re.compile(r"\b(isnan|isinf|isfinite)\(")
 
 
+# fmax/fmin of floating operands: the vectorisable helpers of native_helpers.h;
+# atan2: native_kernels.c.j2's tg_atan2 (through the vector atan where libmvec
+# has it, else C's atan2)
+_HELPER_RE = re.compile(r"\b(fmax|fmin|atan2)(f?)\(")
+
+
 def _c_math(expr, dtype):
     """A registry expression in C for compute dtype ``dtype``."""
     dt = np.dtype(dtype)
     if dt == np.float32:
-        return _MATH_RE.sub(lambda m: m.group(1) + "f(", expr)
+        expr = _MATH_RE.sub(lambda m: m.group(1) + "f(", expr)
+    if dt.kind == "f":
+        return _HELPER_RE.sub(lambda m: "tg_" + m.group(1) + m.group(2) + "(", expr)
     if dt.kind in "iub":
         # C's classification macros take floating operands only: an integer
         # is never NaN or infinite
         return _CLASSIFY_RE.sub(lambda m: {"isnan": "0 * (", "isinf": "0 * (",
                                            "isfinite": "1 + 0 * ("}[m.group(1)], expr)
     return expr
+
+
+# np.clip, as NumPy computes it, with compare-and-select only (the
+# registry's fmin(fmax(..)) is a libm call per element that gcc does not
+# vectorise without -ffinite-math-only: 8x slower than np.maximum's
+# expression, and it ignores a NaN bound and orders signed zeros otherwise).
+# NumPy's own clip has two loops that differ in signed zeros only: scalar
+# bounds (its vector loop: x < lo ? lo : x, then > hi; a NaN bound gives NaN)
+# and array bounds (its scalar loop, _NPY_MAX then _NPY_MIN, NaN-propagating).
+# The kernel follows the first where both bounds are C literals, else the second.
+_CLIP_SCALAR_BOUNDS = ("((isnan({1}) || isnan({2})) ? ({1}) + ({2}) : "
+                       "((({0}) < ({1}) ? ({1}) : ({0})) > ({2}) ? ({2}) : "
+                       "(({0}) < ({1}) ? ({1}) : ({0}))))")
+_CLIP_ARRAY_BOUNDS_MAX = "((isnan({0}) || ({0}) > ({1})) ? ({0}) : ({1}))"
+_CLIP_ARRAY_BOUNDS = ("((isnan({t}) || {t} < ({2})) ? {t} : ({2}))"
+                      .replace("{t}", _CLIP_ARRAY_BOUNDS_MAX))
+
+
+def _c_expression(op, template, literal):
+    """The C template of op (the registry's, except where C needs another);
+    ``literal``: per operand its value where it is a C literal, else None."""
+    if op == "clip":
+        scalar = all(v is not None for v in literal[1:])
+        return _CLIP_SCALAR_BOUNDS if scalar else _CLIP_ARRAY_BOUNDS
+    if op == "ldexp":
+        # ldexp(x, e) with e a literal is x times the exact power 2**e: one
+        # correctly rounded product, which is ldexp's result, where 2**e is a
+        # normal float32 (so also a double); C's ldexp is a libm call per
+        # element that keeps the loop scalar
+        e = literal[1]
+        if isinstance(e, (int, np.integer)) and not isinstance(e, bool) and -126 <= e <= 127:
+            return f"(({{0}}) * 0x1p{int(e)})"
+    return template
 
 
 _C_SIZES = {"float": 4, "double": 8, "bool": 1, "signed char": 1, "unsigned char": 1,
@@ -74,7 +115,8 @@ C = cstyle.Target(
     acc_store="{param}[0] = {acc};",   # replaced by the pairwise epilogue (_launch)
     pass_array="np.ascontiguousarray({arg}, dtype={dtype!r})",
     library="NumPy",
-    math=_c_math)
+    math=_c_math,
+    expression=_c_expression)
 
 
 # A driver function keeps the buffers of intermediates that never leave the
@@ -370,7 +412,7 @@ def _lower(functions):
         if whole_on and any(g.nodes[v]["op"] not in ("input", "const") for v in g.nodes) \
                 and whole.why_not(g) is None:
             f = whole.WholeFunction(g, name, args, doc, module, prefix,
-                                              f"tg_{prefix}w", _c_math)
+                                              f"tg_{prefix}w", _c_math, _c_expression)
         else:
             f = Function(g, name, args, doc, module, prefix)
         g_of[id(f)] = g

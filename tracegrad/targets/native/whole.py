@@ -120,7 +120,8 @@ WHOLE = cstyle.Target(
 class WholeFunction:
     """One graph as one C function plus the driver lines that call it."""
 
-    def __init__(self, g, name, arg_names, doc, module, prefix, kernel_prefix, math):
+    def __init__(self, g, name, arg_names, doc, module, prefix, kernel_prefix, math,
+                 expression=None):
         self.name = pysource.function_name(name)
         self.args = pysource.identifiers(arg_names, reserved={self.name})
         self.doc = doc
@@ -129,6 +130,8 @@ class WholeFunction:
         self.module = module
         self.kernel_prefix = kernel_prefix
         WHOLE.math = math
+        if expression is not None:
+            WHOLE.expression = expression
         self.kernels = []        # (Kernel, graph)
         self.decls = []          # C declarations at the top of the function
         self.frees = []
@@ -372,6 +375,12 @@ class WholeFunction:
 
         pw = d["dtype"].kind == "f"
         suffix = "f32" if d["dtype"] == np.float32 else "f64"
+        # reduced axes that are the trailing ones: each output sums a
+        # contiguous run, read directly and summed by the vector loop (as a
+        # fused sum's blocks are; a sequential loop kept the adds scalar and
+        # made sum(x, axis=-1) slower than NumPy's)
+        trailing = bool(axes) and axes == list(range(len(ishape) - len(axes), len(ishape)))
+        inner = "_r" if trailing else offset('_r', axes)
         L.append(f"{ind}// %{v} sum over axes {axes} of %{u}")
         L.append(f"{ind}for (long long _o = 0; _o < {nout}LL; _o++) {{")
         L.append(f"{ind}    const long long _base = {offset('_o', kept)};")
@@ -381,8 +390,10 @@ class WholeFunction:
             L.append(f"{ind}        const long long _b1 = _b0 + TG_BLOCK < {nred}LL ? "
                      f"_b0 + TG_BLOCK : {nred}LL;")
             L.append(f"{ind}        {ct} _acc = 0;")
+            if trailing:
+                L.append("#pragma omp simd reduction(+: _acc)")
             L.append(f"{ind}        for (long long _r = _b0; _r < _b1; _r++)")
-            L.append(f"{ind}            _acc += ({ct}){src}[_base + {offset('_r', axes)}];")
+            L.append(f"{ind}            _acc += ({ct}){src}[_base + {inner}];")
             L.append(f"{ind}        tg_pw_push_{suffix}(&_pw, _acc);")
             L.append(f"{ind}    }}")
             L.append(f"{ind}    {out}[_o] = tg_pw_done_{suffix}(&_pw);")

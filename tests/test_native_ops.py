@@ -1,0 +1,185 @@
+"""The native target's own C forms of ops whose registry expression was slow
+in C (issue 29: benchmarks/ops.py): np.clip, fmax/fmin (and logaddexp, which
+calls fmax), arctan2 and sums over trailing axes.  Values must be the NumPy
+target's: bit for bit where the C is compare-and-select (clip, fmax, fmin,
+signed zeros and NaN included), within a few ulp where it calls vector math
+(arctan2).  Timings are benchmarks/ops.py's business, not these tests'."""
+import itertools
+import warnings
+
+import numpy as np
+import pytest
+
+import tracegrad as tg
+from tracegrad.runtime import toolchain
+
+needs_cc = pytest.mark.skipif(toolchain.recipe_or_none() is None,
+                              reason="the native target needs a C compiler")
+
+SPECIAL = [-0.0, 0.0, 1.0, -1.0, 0.5, -2.5, np.nan, np.inf, -np.inf]
+
+
+@pytest.fixture(autouse=True)
+def _memory_cache(monkeypatch):
+    monkeypatch.setenv("TRACEGRAD_CACHE", "0")
+
+
+def _pairs(dtype):
+    p = np.array(list(itertools.product(SPECIAL, SPECIAL)), dtype=dtype)
+    return p[:, 0].copy(), p[:, 1].copy()
+
+
+def _both(f, *args):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return (tg.compile(f, backend="native")(*args),
+                tg.compile(f, backend="numpy")(*args))
+
+
+def _same_bits(got, want):
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan)
+    # signed zeros included (the sign of a NaN is not NumPy's promise)
+    assert np.array_equal(got[~nan], want[~nan])
+    assert np.array_equal(np.signbit(got[~nan]), np.signbit(want[~nan]))
+
+
+@needs_cc
+@pytest.mark.parametrize("whole", ["1", "0"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("lo,hi", [(0.0, np.inf), (-0.0, np.inf), (-np.inf, 0.0),
+                                   (-np.inf, -0.0), (-0.5, 0.5), (2.0, 1.0),
+                                   (np.nan, 2.0), (0.0, np.nan)])
+def test_clip_scalar_bounds_is_numpys(lo, hi, dtype, whole, monkeypatch):
+    # the registry's fmin(fmax(..)) ignored a NaN bound and gave +0 for
+    # np.clip(-0.0, 0, inf); NumPy's vector loop keeps x unless x < lo or x > hi
+    monkeypatch.setenv("TRACEGRAD_NATIVE_WHOLE", whole)
+    x = np.array(SPECIAL * 3, dtype=dtype)
+    _same_bits(*_both(lambda x: np.clip(x, lo, hi), x))
+
+
+@needs_cc
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_clip_array_bounds_is_numpys(dtype):
+    x, lo = _pairs(dtype)
+    for hi in (np.full_like(x, 0.0), np.full_like(x, -0.0), x[::-1].copy()):
+        _same_bits(*_both(lambda x, lo, hi: np.clip(x, lo, hi), x, lo, hi))
+
+
+@needs_cc
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_clip_integers(dtype):
+    x = np.arange(-20, 20, dtype=dtype)
+    got, want = _both(lambda x: np.clip(x, -3, 7), x)
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+    got, want = _both(lambda x: np.clip(x, x * 0 - 2, x * 0 + 5), x)
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+@needs_cc
+def test_clip_gradient():
+    z = np.array(SPECIAL[:6] * 4 + [3.0, -3.0])
+    G = np.linspace(-1, 1, z.size)
+
+    def loss(z):
+        return np.sum(np.clip(z, 0, np.inf) * G)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        v1, g1 = tg.value_and_grad(loss, backend="native")(z)
+        v2, g2 = tg.value_and_grad(loss, backend="numpy")(z)
+    np.testing.assert_allclose(v1, v2, rtol=1e-12, equal_nan=True)
+    _same_bits(g1, g2)
+
+
+@needs_cc
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("op", [np.fmax, np.fmin, np.maximum, np.minimum])
+def test_fmax_fmin_are_numpys(op, dtype):
+    # fmax/fmin are compare-and-select in C (tg_fmax): the NaN operand loses,
+    # a tie (signed zeros too) gives the second operand, as NumPy's array loop
+    x, y = _pairs(dtype)
+    _same_bits(*_both(lambda x, y: op(x, y), x, y))
+
+
+@needs_cc
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("op", [np.logaddexp, np.logaddexp2])
+def test_logaddexp_special_values(op, dtype):
+    x, y = _pairs(dtype)
+    got, want = _both(lambda x, y: op(x, y), x, y)
+    rtol = 1e-12 if dtype == np.float64 else 2e-6
+    np.testing.assert_allclose(got, want, rtol=rtol, equal_nan=True)
+
+
+@needs_cc
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_arctan2_special_values_and_accuracy(dtype):
+    # tg_atan2 (atan of the smaller over the larger magnitude, moved to its
+    # octant) where libmvec has atan: zeros of either sign, infinities, NaN
+    # exactly as NumPy; finite values within a few ulp
+    vals = SPECIAL + [1e300, -1e300, 1e-300, 5e-324, 3.0]
+    with np.errstate(over="ignore"):     # 1e300 is inf in float32
+        p = np.array(list(itertools.product(vals, vals))).astype(dtype)
+    y, x = p[:, 0].copy(), p[:, 1].copy()
+    got, want = _both(lambda y, x: np.arctan2(y, x), y, x)
+    rtol = 1e-14 if dtype == np.float64 else 1e-6
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=0, equal_nan=True)
+    nan = np.isnan(want)
+    assert np.array_equal(np.signbit(got[~nan]), np.signbit(want[~nan]))
+    rng = np.random.default_rng(7)
+    y = (rng.standard_normal(4096) * 10.0 ** rng.uniform(-8, 8, 4096)).astype(dtype)
+    x = (rng.standard_normal(4096) * 10.0 ** rng.uniform(-8, 8, 4096)).astype(dtype)
+    got, want = _both(lambda y, x: np.arctan2(y, x), y, x)
+    ulp = np.abs(got - want) / np.spacing(np.abs(want))
+    assert ulp.max() <= 4
+
+
+@needs_cc
+@pytest.mark.parametrize("axis", [1, (1, 2), 2, 0, (0, 2)])
+def test_sum_over_axes_in_whole_function(axis, monkeypatch):
+    # trailing axes: a contiguous run summed by the vector loop in blocks
+    monkeypatch.setenv("TRACEGRAD_NATIVE_WHOLE", "1")
+    x = np.random.default_rng(3).standard_normal((7, 300, 5))
+
+    def loss(x):
+        return np.sum(np.sum(x * x, axis=axis) ** 2)
+
+    (v1, g1), (v2, g2) = tg.value_and_grad(loss, backend="native")(x), \
+        tg.value_and_grad(loss, backend="numpy")(x)
+    np.testing.assert_allclose(v1, v2, rtol=1e-12)
+    np.testing.assert_allclose(g1, g2, rtol=1e-12)
+    got = tg.compile(lambda x: np.sum(x, axis=axis), backend="native")(x)
+    np.testing.assert_allclose(got, np.sum(x, axis=axis), rtol=1e-13, atol=1e-13)
+
+
+@needs_cc
+def test_arctan2_with_scalar_math_is_libms(monkeypatch):
+    # TRACEGRAD_NATIVE_MATH=scalar promises libm's bits: atan2 stays C's atan2
+    monkeypatch.setenv("TRACEGRAD_NATIVE_MATH", "scalar")
+    import math
+    y = np.random.default_rng(5).standard_normal(512)
+    x = y[::-1].copy()
+    got = tg.compile(lambda y, x: np.arctan2(y, x), backend="native")(y, x)
+    assert tg.cache_info()["target"] == "native"
+    assert np.array_equal(got, np.array([math.atan2(a, b) for a, b in zip(y, x)]))
+
+
+@needs_cc
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("e", [3, -5, 0, 127, -126, 200, -1030, 1100])
+def test_ldexp_literal_exponent_is_numpys(e, dtype):
+    # a literal exponent in [-126, 127] is a multiply by the exact power 2**e
+    # (one correctly rounded product, ldexp's result); others stay C's ldexp
+    x = np.array(SPECIAL + [3e-310, 1e-40, 1e300, 3e38, 1.5e-45, 7.0], dtype=np.float64)
+    with np.errstate(over="ignore", under="ignore"):
+        x = x.astype(dtype)
+    _same_bits(*_both(lambda x: np.ldexp(x, e), x))
+    G = np.linspace(-2, 2, x.size).astype(dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = tg.grad(lambda x: np.sum(np.ldexp(x, e) * G), backend="native")(x)
+        want = tg.grad(lambda x: np.sum(np.ldexp(x, e) * G), backend="numpy")(x)
+    _same_bits(got, want)
