@@ -144,10 +144,20 @@ def empty_selection_write(x):
     return np.sum(y)
 
 
+def copy_method_is_c_ordered(x):
+    y = np.zeros((2, 2))
+    y[:] = x.reshape(2, 2)
+    z = y.T.copy()              # ndarray.copy: order='C', so z.reshape(-1) is a view
+    v = z.reshape(-1)
+    v += 0.25
+    return np.sum(z * np.arange(4.0).reshape(2, 2))
+
+
 @pytest.mark.parametrize("compile", [True, False], ids=["compiled", "eager"])
 @pytest.mark.parametrize("f", [repeated_add, repeated_mul, repeated_set, repeated_negative,
                                transposed_reshape_is_a_copy, transposed_ravel_is_a_copy,
-                               reversed_ravel_is_a_copy, empty_selection_write],
+                               reversed_ravel_is_a_copy, empty_selection_write,
+                               copy_method_is_c_ordered],
                          ids=lambda f: f.__name__)
 def test_found_by_random_imperative_programs(f, compile):
     """Gradients through y[idx] op= v with a repeated position were counted
@@ -156,15 +166,18 @@ def test_found_by_random_imperative_programs(f, compile):
     (tracegrad/frontend/trace.py _reshape_is_view); ravel of non-contiguous
     memory was a view in both modes (tracegrad/ops/shape.py ravel); a
     constant of shape (0, 2) was generated as np.array([]) of shape (0,)
-    (tracegrad/targets/pysource.py and cstyle.py)."""
-    _check(f, np.array([0.3, 0.7]), compile)
+    (tracegrad/targets/pysource.py and cstyle.py); with compile=False,
+    ndarray.copy() kept a transposed layout (NumPy's is order='C'), so a
+    reshape of the copy was a copy too (tracegrad/frontend/numpy_face.py)."""
+    x = np.array([0.3, 0.7, -0.2, 0.5]) if f is copy_method_is_c_ordered else np.array([0.3, 0.7])
+    _check(f, x, compile)
 
 
-@pytest.mark.xfail(strict=True, reason="np.zeros_like of a transposed value is Fortran-ordered "
-                   "in NumPy (order='K'), so its ravel() is a copy; tracegrad makes it C-ordered "
-                   "in both modes and writes through")
 @pytest.mark.parametrize("compile", [True, False], ids=["compiled", "eager"])
 def test_the_layout_of_a_like_array_decides_view_or_copy(compile):
+    """np.zeros_like of a transposed value is Fortran-ordered in NumPy
+    (order='K'), so its ravel() is a copy (tracegrad/frontend/trace.py
+    Tracer._order)."""
     def f(x):
         y = np.zeros_like(x.T)
         y[:] = x
@@ -172,6 +185,24 @@ def test_the_layout_of_a_like_array_decides_view_or_copy(compile):
         v[1] = 5.0
         return np.sum(y * np.arange(4.0).reshape(2, 2)) + np.sum(np.sin(v))
     _check(f, np.array([[0.3, 0.7], [0.1, -0.4]]), compile)
+
+
+@pytest.mark.parametrize("make", ["np.copy(y.T)", "y.T * 1.0", "y[:, ::-1].T * 1.0",
+                                  "np.array(y.T)", "y.T + y"])
+def test_the_layout_of_a_result_decides_view_or_copy_compiled(make):
+    """np.copy of a transposed value, and a ufunc's result on one, are
+    Fortran-ordered in NumPy (order='K'), so their reshape(-1) / ravel() is
+    a copy; where operands' layouts disagree tracegrad refuses the write
+    rather than guess (``y.T + y``)."""
+    ns = {"np": np}
+    exec("def f(x):\n    y = np.zeros((2, 2))\n    y[:] = x\n"
+         f"    w = {make}\n    u = w.ravel()\n    u += 1.0\n"
+         "    return np.sum(w * np.arange(4.0).reshape(2, 2))\n", ns)
+    if make == "y.T + y":
+        with pytest.raises(tg.TraceError, match="shares memory"):
+            tg.grad(ns["f"])(np.array([[0.3, 0.7], [0.1, -0.4]]))
+        return
+    _check(ns["f"], np.array([[0.3, 0.7], [0.1, -0.4]]), True)
 
 
 def test_repeated_traced_indices_give_the_last_write_the_gradient():
@@ -242,9 +273,6 @@ def test_writing_after_a_saved_read_with_compile_false():
     _check(f, np.array([0.3, 0.7, 0.1]), False)
 
 
-@pytest.mark.xfail(strict=True, raises=RuntimeError,
-                   reason="compile=False: a write into the argument raises torch's leaf "
-                          "RuntimeError, naming no line (compiled: a TraceError)")
 def test_a_write_into_the_argument_with_compile_false_is_a_clear_error():
     def f(x):
         v = x[1:]

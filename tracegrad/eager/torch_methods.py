@@ -15,7 +15,7 @@ import numpy as np
 from tracegrad.eager.device import _ndarray, device
 from tracegrad.eager.nodes import LIVE_VIEWS
 from tracegrad.eager.tensor import _FW, Tensor, _edge_of, _tangent
-from tracegrad.ops import primitives
+from tracegrad.ops import _define, primitives
 from tracegrad.eager.grad_mode import state as _mode
 from tracegrad.eager.graph import Node
 from tracegrad.ops.base import resolve_dtype as _resolve_dtype, vjp_apply
@@ -117,6 +117,11 @@ class TorchMethods:
                 isinstance(a, Tensor) and _tangent(a) is not None for a in args)):
             return self._inplace_dual(fn, args)
         grad_on = _mode.grad_enabled
+        if grad_on and self._face == "numpy":
+            # NumPy code writing into its argument: the NumPy face's error
+            # (the compiled mode's TraceError says the same), not torch's
+            _define.refuse_argument_write(self, "an in-place update (y[...] = v, y += v)",
+                                          "compute a new array (y = y + v)")
         if grad_on:
             if self._requires_grad and self.grad_fn is None:
                 raise RuntimeError(

@@ -115,7 +115,11 @@ def _create(name, original, args, kwargs, make):
         if ops.is_value(obj):
             if name == "asarray":
                 return obj if dtype is None else obj.astype(dtype, copy=False)
-            return obj.astype(dtype) if dtype is not None else obj._copy()
+            order = kwargs.get("order", "K")
+            c = obj.astype(dtype) if dtype is not None else (
+                obj._copy_keeping_layout() if hasattr(obj, "_copy_keeping_layout") and
+                order in ("K", "A") else obj._copy())
+            return c
         if isinstance(obj, (list, tuple)) and _holds_value(obj):
             v = _stack(obj)
             return v if dtype is None else v.astype(dtype)

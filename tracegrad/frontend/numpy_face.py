@@ -171,9 +171,15 @@ for _name, _advice in {
 # --- the rest of the ndarray surface (issue 24, item 3) ----------------------------------
 
 @face_method(FACE, "copy")
-def copy(x, order="K"):
-    """ndarray.copy: a new array of the same values."""
-    return ops.clone(x)
+def copy(x, order="C"):
+    """ndarray.copy: a new array of the same values, C-ordered by default
+    (NumPy's order='C'; np.copy's default is 'K'), which decides whether a
+    later reshape of it is a view (x.T.copy().reshape(-1) is)."""
+    out = ops.clone(x)
+    data = getattr(out, "_data", None)
+    if order == "C" and isinstance(data, np.ndarray) and not data.flags.c_contiguous:
+        out._data = np.ascontiguousarray(data)   # a fresh array: nothing else holds it
+    return out
 
 
 @face_method(FACE, "searchsorted")

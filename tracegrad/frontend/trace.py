@@ -136,7 +136,8 @@ class Tracer(ArrayMethods):
     """A symbolic array inside a trace.  Its face ("numpy" or "torch") is the
     dialect of the argument it stands for, or of the first traced operand
     of the op that made it; names whose meaning differs follow it."""
-    __slots__ = ("_trace", "_id", "shape", "dtype", "_face", "_view", "_vbox", "__weakref__")
+    __slots__ = ("_trace", "_id", "shape", "dtype", "_face", "_view", "_vbox", "_order",
+                 "__weakref__")
 
     def __init__(self, trace, id, aval, face="numpy"):
         self._trace = trace
@@ -150,6 +151,10 @@ class Tracer(ArrayMethods):
         # was written since is recomputed from the base when next read.
         self._view = None
         self._vbox = None    # [version]: a base that views were taken of
+        # NumPy's memory layout of this array where it is not C order: the
+        # axes in memory order (np.copy(y.T) is Fortran-ordered: (1, 0)), or
+        # UNKNOWN_LAYOUT; it decides whether a reshape is a view or a copy
+        self._order = None
 
     @property
     def id(self):
@@ -432,9 +437,29 @@ class Tracer(ArrayMethods):
         """Would NumPy's array here be C-contiguous?  A view's strides are
         replayed on its base (ravel copies unless it is)."""
         if self._view is None:
-            return True
+            # unknown: taken as a view, whose writes the trace then refuses
+            return self._order is None or self._order is UNKNOWN_LAYOUT
         probe = _view_probe(self._view[0], self._view[1])
         return True if probe is None else bool(probe.flags.c_contiguous)
+
+    def _memory_order(self):
+        """The axes in NumPy's memory order (by decreasing stride, as
+        order='K' keeps them), None for C order, or UNKNOWN_LAYOUT."""
+        if self._view is None:
+            return self._order
+        base = self._view[0]
+        if base._order is UNKNOWN_LAYOUT:
+            return UNKNOWN_LAYOUT
+        probe = _view_probe(base, self._view[1])
+        if probe is None:
+            return UNKNOWN_LAYOUT
+        return _order_of(probe)
+
+    def _copy_keeping_layout(self):
+        """np.copy / np.array of this value: order='K' keeps its layout."""
+        c = self._copy()
+        c._order = self._memory_order()
+        return c
 
     def copy(self, order="K"):   # ndarray.copy: order= is the memory layout, not the values
         return self.clone()
@@ -495,12 +520,18 @@ def _view_probe(base, chain):
     C-ordered array) would have, and no data of its size (basic indexing,
     transposes and flips only move strides); None where the chain cannot be
     replayed (a traced index)."""
+    order = base._order
+    if order is UNKNOWN_LAYOUT:
+        return None
     shp = tuple(int(d) for d in base.shape)
+    perm = tuple(range(len(shp))) if order is None else order
+    mem = tuple(shp[a] for a in perm)          # the shape in memory order, C-strided
     strides, acc = [], 1
-    for d in reversed(shp):
+    for d in reversed(mem):
         strides.append(acc)
         acc *= max(d, 1)
-    probe = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), shp, tuple(reversed(strides)))
+    probe = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), mem, tuple(reversed(strides)))
+    probe = probe.transpose(tuple(np.argsort(perm).tolist()))
     try:
         from tracegrad.ops.indexing import build_index
         for prim, extra, attrs in chain:
@@ -519,6 +550,34 @@ def _view_probe(base, chain):
     return probe
 
 
+UNKNOWN_LAYOUT = "unknown"   # a layout NumPy's order='K' rules would need more care for
+
+
+def _order_of(probe):
+    """The axes of a strided array by decreasing stride (order='K'), None
+    when that is C order."""
+    st = [abs(x) for x in probe.strides]
+    perm = tuple(sorted(range(probe.ndim), key=lambda a: -st[a]))
+    if all(d <= 1 for d in probe.shape) or perm == tuple(range(probe.ndim)):
+        return None
+    return perm
+
+
+def _result_order(prim, args, result):
+    """The layout NumPy gives an elementwise result (order='K': that of its
+    full-shape operands when they agree, else C for plain C operands and
+    UNKNOWN_LAYOUT otherwise); C for every other op."""
+    if not prim.elementwise and prim.name not in ("zeros_like", "astype"):
+        return None
+    orders = {a._memory_order() for a in args
+              if type(a) is Tracer and tuple(a.shape) == tuple(result.shape)}
+    if not orders or orders == {None}:
+        return None
+    if len(orders) == 1:
+        return orders.pop()
+    return UNKNOWN_LAYOUT
+
+
 def _reshape_is_view(base, chain, shape):
     """Would NumPy's reshape of the view ``chain`` of ``base`` (a C-ordered
     array) be a view?  (``y.T.reshape(-1)`` and ``y[:, ::2].ravel()`` copy.)
@@ -527,7 +586,7 @@ def _reshape_is_view(base, chain, shape):
     cannot be replayed (a traced index) is taken to be a view, as before."""
     probe = _view_probe(base, chain)
     if probe is None:
-        return True
+        return None if base._order is UNKNOWN_LAYOUT else True
     try:
         np.reshape(probe, shape, copy=False)
     except ValueError:
@@ -785,7 +844,10 @@ class Trace:
     def _note_views(self, prim, args, result, attrs=None):
         """A view's result and its operands share memory from now on: a view
         the trace can write through (``_UNVIEW``) remembers its base; for
-        others, in-place updates of both are refused."""
+        others, in-place updates of both are refused.  A new array gets
+        NumPy's layout (``Tracer._order``)."""
+        if type(result) is Tracer and not prim.view and args:
+            result._order = _result_order(prim, args, result)
         if type(result) is Tracer and args and type(args[0]) is Tracer and \
                 prim.name in _UNVIEW and attrs is not None:
             if prim.name == "getitem" and any(it[0] == "a" for it in attrs["index"]) \
@@ -796,8 +858,15 @@ class Trace:
                 return result            # an element (every axis an integer): a NumPy scalar
             src = args[0]
             base, chain = (src._view[0], src._view[1]) if src._view is not None else (src, ())
-            if prim.name == "reshape" and not _reshape_is_view(base, chain, attrs["shape"]):
-                return result            # NumPy copies: the view's strides do not allow it
+            is_view = _reshape_is_view(base, chain, attrs["shape"]) \
+                if prim.name == "reshape" else True
+            if is_view is False:
+                result._order = None     # NumPy copies (C order): the strides do not allow a view
+                return result
+            if is_view is None:          # a layout tracegrad does not follow: refuse writes
+                self._aliased[id(result)] = weakref.ref(result)
+                self._aliased[id(base)] = weakref.ref(base)
+                return result
             if base._vbox is None:
                 base._vbox = [0]
             if not self.shares_memory(base):

@@ -267,6 +267,25 @@ def _plain_out_error(name, where="out="):
         f"or copy it first with y = np.copy(y); or assign the result: y = np.{name}(...)")
 
 
+def _user_line():
+    """' at FILE, line N, in F:\n    SOURCE\n' for the innermost frame outside
+    tracegrad (an error's location in the user's code), or ': '."""
+    import linecache
+    import os
+    import sys
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    f = sys._getframe(1)
+    while f is not None and (f.f_code.co_filename.startswith(pkg)
+                             or "<frozen" in f.f_code.co_filename):
+        f = f.f_back
+    if f is None:
+        return ": "
+    code = f.f_code
+    src = linecache.getline(code.co_filename, f.f_lineno).strip()
+    return (f" at {code.co_filename}, line {f.f_lineno}, in {code.co_name}"
+            + (f":\n    {src}\n" if src else ". "))
+
+
 def refuse_argument_write(o, what, instead):
     """Eager (compile=False): ``o`` is a value being differentiated that no
     op made (an argument of the function) or a view of one.  NumPy would
@@ -278,7 +297,7 @@ def refuse_argument_write(o, what, instead):
         if v is not None and getattr(v, "_requires_grad", False) and v.grad_fn is None:
             raise TypeError(
                 f"{what} into an argument of the function (or a view of one), a value being "
-                f"differentiated: NumPy would write into the caller's array, and tracegrad "
+                f"differentiated{_user_line()}NumPy would write into the caller's array, and tracegrad "
                 f"differentiates at the value it was called with. Write into a copy: "
                 f"x = x.copy() (or np.copy(x)) before the update, or {instead}.")
 

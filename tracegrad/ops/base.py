@@ -390,7 +390,8 @@ plus_identity_p = register(
     doc="M + I for a square matrix (a Hessian's quadratic term), without "
         "materialising the identity.")
 zeros_like_p = register(
-    "zeros_like", lambda xp, x: xp.zeros(np.shape(x), np.result_type(x)),
+    "zeros_like", lambda xp, x: xp.zeros_like(x, np.result_type(x)) if hasattr(x, "strides")
+    else xp.zeros(np.shape(x), np.result_type(x)),   # (zeros_like keeps NumPy's layout)
     # a Python number operand (a constant whose aval is its value) gives a 0-d array
     shape=lambda x: x if isinstance(x, Aval) else Aval((), np.result_type(x)), nondiff=True,
     numpy="np.zeros_like({0})", save_inputs=False)
