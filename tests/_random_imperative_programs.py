@@ -54,8 +54,7 @@ MAX_ABS = 50.0
 # Tags of statements whose refusal is tolerated today: features another
 # engineer is adding (the refusal is counted as "pending:<tag>", not failed,
 # provided it is a clear TraceError/TypeError naming the line).
-PENDING = frozenset({"mask_aug", "mask_select", "numpy_fill", "numpy_copyto", "numpy_out",
-                     "numpy_put"})
+PENDING = frozenset()
 
 # Statement kinds known to give wrong values today (left out by default; the
 # reproducers are strict xfails in tests/test_random_imperative_programs.py).
@@ -67,15 +66,7 @@ KNOWN_WRONG = frozenset({"refused_einsum_view_write"})
 # tests/test_random_imperative_programs.py): name -> (mode, exception type,
 # text of the message).  ``check_program(known=True)`` counts them in
 # ``Outcome.known`` instead of failing.
-KNOWN_CRASHES = {
-    # compile=False: a value saved for backward (np.sin(y) saves y) is written
-    # into afterwards (y[0] = 5.0): torch's version-counter error at backward,
-    # where NumPy's meaning has no error
-    "eager-saved-value-written": ("eager", RuntimeError, "modified by an inplace operation"),
-    # compile=False: a write into the argument (or a view of it) raises torch's
-    # leaf RuntimeError, which names no line (compiled: a clear TraceError)
-    "eager-argument-write-runtimeerror": ("eager", RuntimeError, "leaf Variable that requires grad"),
-}
+KNOWN_CRASHES: dict = {}    # none known today
 
 
 def _num(v):

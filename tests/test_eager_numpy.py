@@ -186,9 +186,15 @@ def test_numpy_face_values_keep_the_face_through_detach():
 # --- (b) conversions --------------------------------------------------------------------
 
 def _raises_at(fn, x, what):
-    with pytest.raises(ConversionError) as info:
+    with pytest.raises((ConversionError, SystemError)) as info:
         tg.grad(fn, **E)(x)
-    msg = str(info.value)
+    err = info.value
+    if isinstance(err, SystemError):
+        # a C library that calls float() without checking for an error
+        # (scipy's brentq on a cold start) reports ours as the cause
+        err = err.__cause__ or err.__context__
+    assert isinstance(err, ConversionError)
+    msg = str(err)
     assert what in msg and __file__ in msg and "detach()" in msg
     return msg
 

@@ -4,6 +4,8 @@ nodes), and ``SavedTensor`` (saved values and their pack/unpack hooks).
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from tracegrad.eager.device import _ndarray
@@ -27,12 +29,45 @@ _READ_FOR_THE_OTHER = {"mul": (0, 1), "matmul": (0, 1), "div": (0,)}
 _SHAPES_ONLY = {"setitem": (0, 1), "dynamic_update_slice": (0, 1)}
 
 
-def _shares_memory(a):
-    """A view, or a base some live view was taken of."""
-    if a._base is not None:
-        return True
-    entry = LIVE_VIEWS.get(id(a))
-    return entry is not None and entry[0]() is a and any(r() is not None for r in entry[1])
+# id(version box) -> [the box, [(weak reference to a node, what it saved:
+# an input's position or "out")]]: NumPy-face values nodes saved at their
+# current version.  NumPy code writes into arrays an earlier op read; before
+# the write, keep_saved_before_write gives those nodes a copy (torch's rule,
+# an error at backward, stays for the torch face).
+_SAVED_BY_VBOX = {}
+_NOTED = [0]
+
+
+def _note_saved(vbox, node, slot):
+    entry = _SAVED_BY_VBOX.get(id(vbox))
+    if entry is None or entry[0] is not vbox:
+        entry = _SAVED_BY_VBOX[id(vbox)] = [vbox, []]
+    entry[1].append((weakref.ref(node), slot))
+    _NOTED[0] += 1
+    if _NOTED[0] % 4096 == 0:      # forget the boxes whose nodes are all gone
+        for k in [k for k, e in _SAVED_BY_VBOX.items()
+                  if all(r() is None for r, _ in e[1])]:
+            del _SAVED_BY_VBOX[k]
+
+
+def keep_saved_before_write(vbox):
+    """An in-place write is about to change the values sharing ``vbox``:
+    the nodes that saved them at this version keep copies instead."""
+    entry = _SAVED_BY_VBOX.pop(id(vbox), None)
+    if entry is None or entry[0] is not vbox:
+        return
+    for ref, slot in entry[1]:
+        node = ref()
+        if node is None or node.freed:
+            continue
+        if slot == "out":
+            if node.out_vbox is vbox and node.out_ver == vbox[0]:
+                node.out_saved = node.out_saved.copy()
+                node.out_vbox = [node.out_ver]   # its own box: no later write reaches it
+        elif node.saved is not None:
+            a, v = node.saved[slot]
+            if v is not None and v == vbox[0] and type(a) is not _Packed and a._vbox is vbox:
+                node.saved[slot] = (_snapshot(a), None)
 
 
 def _snapshot(a):
@@ -103,11 +138,10 @@ class PrimNode(Node):
                 for i in _SHAPES_ONLY.get(prim.name, ()):
                     saved[i] = (saved[i][0], None)
                 for i, (a, v) in enumerate(saved):
-                    if v is not None and a._face == "numpy" and _shares_memory(a):
+                    if v is not None and a._face == "numpy":
                         # NumPy code writes into arrays an earlier op read
-                        # (out[i] = f(out[i - 1])): a value that shares
-                        # memory is saved as it is now, not checked later
-                        saved[i] = (_snapshot(a), None)
+                        # (out[i] = f(out[i - 1])): a write keeps a copy first
+                        _note_saved(a._vbox, self, i)
                 reads = _READ_FOR_THE_OTHER.get(prim.name)
                 if reads is not None and len(args) == 2:
                     # x * 2: the backward reads x only for the gradient of the
@@ -134,6 +168,9 @@ class PrimNode(Node):
             self.out_vbox = out_vbox
             self.out_ver = out_vbox[0] if type(out_vbox) is list else (
                 None if out_vbox is None else tuple(v[0] for v in out_vbox))
+            if type(out_vbox) is list and type(out_data) is _ndarray and \
+                    any(getattr(a, "_face", None) == "numpy" for a in args):
+                _note_saved(out_vbox, self, "out")
         else:
             self.out_saved = None
             self.out_vbox = None

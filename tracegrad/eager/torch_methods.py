@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from tracegrad.eager.device import _ndarray, device
-from tracegrad.eager.nodes import LIVE_VIEWS
+from tracegrad.eager.nodes import LIVE_VIEWS, keep_saved_before_write
 from tracegrad.eager.tensor import _FW, Tensor, _edge_of, _tangent
 from tracegrad.ops import _define, primitives
 from tracegrad.eager.grad_mode import state as _mode
@@ -136,6 +136,8 @@ class TorchMethods:
         else:
             track = False
         data = self._data
+        if self._face == "numpy":
+            keep_saved_before_write(self._vbox)   # NumPy code may write what an op read
         if not track:
             if fast is not None and (type(data) is _ndarray or fn is None):
                 try:
@@ -158,6 +160,8 @@ class TorchMethods:
         # (the op may save it for backward), then write the result back
         old = Tensor(data.copy(), self._requires_grad, self.grad_fn, self._output_nr)
         res = fn(old, *[old if a is self else a for a in args])
+        if self._face == "numpy":    # the op may have saved an operand sharing this memory
+            keep_saved_before_write(self._vbox)
         _write(data, res._data)
         self._vbox[0] += 1
         if self._base is not None:

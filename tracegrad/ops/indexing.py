@@ -694,6 +694,7 @@ def masked_selection(x, idx):
     """``x[idx]`` as a MaskedSelection where ``idx`` is one traced boolean
     array over x's leading axes, else None."""
     if _is_tracer(idx) and idx.dtype == np.bool_ and idx.shape and _is_tracer(x) and \
+            idx.known_value() is None and \
             tuple(idx.shape) == tuple(shape_of(x))[:len(idx.shape)]:
         return MaskedSelection(x, idx)
     return None
