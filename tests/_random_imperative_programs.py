@@ -58,9 +58,7 @@ PENDING = frozenset()
 
 # Statement kinds known to give wrong values today (left out by default; the
 # reproducers are strict xfails in tests/test_random_imperative_programs.py).
-# refused_einsum_view_write: compile=False ignores a write through an
-# np.einsum view (NumPy's einsum result is a view; the eager one a copy).
-KNOWN_WRONG = frozenset({"refused_einsum_view_write"})
+KNOWN_WRONG = frozenset()   # none known today
 
 # Crashes on programs NumPy runs, known today (strict xfails in
 # tests/test_random_imperative_programs.py): name -> (mode, exception type,

@@ -137,6 +137,12 @@ class TorchMethods:
             track = False
         data = self._data
         if self._face == "numpy":
+            if self._base is not None and self._view_fn is None:
+                raise TypeError(
+                    f"an in-place update of an array that shares memory with another in a "
+                    f"way tracegrad does not follow (NumPy's view made by np.einsum or "
+                    f"np.split){_define._user_line()}In NumPy the update would write through "
+                    f"to the other array. Copy first (e = e.copy()) or compute a new array.")
             keep_saved_before_write(self._vbox)   # NumPy code may write what an op read
         if not track:
             if fast is not None and (type(data) is _ndarray or fn is None):
