@@ -29,8 +29,8 @@ from tracegrad.runtime.graph_call import leaf_array, display_paths, describe_pat
 from tracegrad.ops import primitives
 from tracegrad.ops.primitives import Aval
 from tracegrad.ops.runtime_numpy import SHORTER_SLICE
-from tracegrad.frontend.trace import (Tracer, foreign_write_error, trace_function, tree_flatten,
-                                      tree_unflatten, leaf_paths)
+from tracegrad.frontend.trace import (Tracer, foreign_writes_explained, trace_function,
+                                      tree_flatten, tree_unflatten, leaf_paths)
 
 _ALL = weakref.WeakSet()
 
@@ -1187,14 +1187,8 @@ def _run_eager(fn, args, kwargs):
     (NumPy would drop the gradient)."""
     from tracegrad.eager.tensor import NumpyTensor
     from tracegrad.ops.indexing import indexable_constants
-    with created.following(NumpyTensor):
-        try:
-            return indexable_constants(fn, None, None, created.substitute)(*args, **kwargs)
-        except ValueError as e:
-            err = foreign_write_error(e, "a value being differentiated")
-            if err is None:
-                raise
-            raise err from e
+    with created.following(NumpyTensor), foreign_writes_explained("a value being differentiated"):
+        return indexable_constants(fn, None, None, created.substitute)(*args, **kwargs)
 
 
 def _eager_run(f, primals):

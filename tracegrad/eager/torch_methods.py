@@ -189,9 +189,7 @@ class TorchMethods:
             v = ref()
             if v is None or v is self or v._view_fn is None:
                 continue
-            r = base
-            for prim, attrs, rest in v._view_fn:
-                r = primitives.bind(prim, r, *rest, **attrs)
+            r = _replay(base, v._view_fn)
             v._set_history(r.grad_fn, r._output_nr, r._requires_grad)
 
     def _inplace_dual(self, fn, args):
@@ -230,9 +228,7 @@ class TorchMethods:
         base = self._base
         node = CopySlices(base, self._view_fn, res)
         base._set_history(node, 0, True)
-        v = base
-        for prim, attrs, rest in self._view_fn:
-            v = primitives.bind(prim, v, *rest, **attrs)   # eager values: eager_bind
+        v = _replay(base, self._view_fn)
         self._set_history(v.grad_fn, v._output_nr, v._requires_grad)
 
     def add_(self, other, alpha=1):
@@ -342,6 +338,15 @@ def _unwrap_index(idx):
     if type(idx) is tuple:
         return tuple(i._data if isinstance(i, Tensor) else i for i in idx)
     return idx
+
+
+def _replay(base, chain):
+    """The view ``chain`` applied to ``base`` again (eager values: eager_bind),
+    for the history of a view whose base changed."""
+    v = base
+    for prim, attrs, rest in chain:
+        v = primitives.bind(prim, v, *rest, **attrs)
+    return v
 
 
 def _write(dst, src):

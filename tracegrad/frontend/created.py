@@ -37,9 +37,9 @@ import types
 import numpy as np
 
 from tracegrad import ops
+from tracegrad.ops import indexing
 
-CREATORS = ("zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like",
-            "full_like", "copy", "array", "asarray")
+CREATORS = indexing.CREATOR_NAMES
 _FOLLOWED_KINDS = "biufc"
 
 _state = threading.local()       # .stack: the makers of the traces/runs in this thread
@@ -102,12 +102,6 @@ def substitute(value):
     return None
 
 
-def _holds_value(obj):
-    if isinstance(obj, (list, tuple)):
-        return any(_holds_value(o) for o in obj)
-    return ops.is_value(obj)
-
-
 def _create(name, original, args, kwargs, make):
     obj = args[0] if args else kwargs.get("a", kwargs.get("object"))
     if name in ("array", "asarray", "copy"):
@@ -120,8 +114,8 @@ def _create(name, original, args, kwargs, make):
                 obj._copy_keeping_layout() if hasattr(obj, "_copy_keeping_layout") and
                 order in ("K", "A") else obj._copy())
             return c
-        if isinstance(obj, (list, tuple)) and _holds_value(obj):
-            v = _stack(obj)
+        if isinstance(obj, (list, tuple)) and indexing.holds_value(obj):
+            v = indexing.stack_values(obj)
             return v if dtype is None else v.astype(dtype)
         if name != "copy":
             return original(*args, **kwargs)       # plain data stays a plain array
@@ -133,9 +127,3 @@ def _create(name, original, args, kwargs, make):
     if type(value) is not np.ndarray or value.dtype.kind not in _FOLLOWED_KINDS:
         return value
     return make(value)
-
-
-def _stack(seq):
-    if isinstance(seq, (list, tuple)):
-        return ops.stack([_stack(s) for s in seq])
-    return seq

@@ -12,6 +12,7 @@ to compute its key and then runs code from disk.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import operator
 import os
@@ -37,51 +38,52 @@ class TraceError(TypeError):
 _INTERNAL_CODE = {}    # code object -> is it tracegrad's (or the interpreter's)?
 
 
+def _internal(code):
+    """Is this code tracegrad's (or the interpreter's)?  Asked by every op:
+    memoised per code object."""
+    internal = _INTERNAL_CODE.get(code)
+    if internal is None:
+        if len(_INTERNAL_CODE) > 4096:
+            _INTERNAL_CODE.clear()
+        fn = code.co_filename
+        internal = _INTERNAL_CODE[code] = fn.startswith(_PKG_DIR) or "<frozen" in fn \
+            or fn.startswith("<__array_function__")
+    return internal
+
+
+def _user_frame_object(depth=2):
+    """The innermost frame outside tracegrad (from ``depth`` callers up)."""
+    f = sys._getframe(depth)
+    while f is not None and _internal(f.f_code):
+        f = f.f_back
+    return f
+
+
 def _user_frame():
     """(file, line, function) of the innermost frame outside tracegrad."""
-    f = sys._getframe(2)
-    while f is not None:
-        code = f.f_code
-        internal = _INTERNAL_CODE.get(code)
-        if internal is None:     # once per code object: every op asks
-            if len(_INTERNAL_CODE) > 4096:
-                _INTERNAL_CODE.clear()
-            fn = code.co_filename
-            internal = _INTERNAL_CODE[code] = fn.startswith(_PKG_DIR) or "<frozen" in fn \
-                or fn.startswith("<__array_function__")
-        if not internal:
-            return (code.co_filename, f.f_lineno, code.co_name)
-        f = f.f_back
-    return None
-
-
-def _user_frame_object():
-    f = sys._getframe(2)
-    while f is not None:
-        fn = f.f_code.co_filename
-        if not (fn.startswith(_PKG_DIR) or "<frozen" in fn or fn.startswith("<__array_function")):
-            return f
-        f = f.f_back
-    return None
+    f = _user_frame_object(3)
+    return None if f is None else (f.f_code.co_filename, f.f_lineno, f.f_code.co_name)
 
 
 def _writing_into_array():
     """Is the user's code storing into a subscript (``y[i] = value``) right
     now?  NumPy converts the value when ``y`` is a plain ndarray."""
     import dis
-    f = _user_frame_object()
+    f = _user_frame_object(3)
     if f is None or f.f_lasti < 0:
         return False
-    code = f.f_code.co_code
-    return code[f.f_lasti] == dis.opmap["STORE_SUBSCR"]
+    return f.f_code.co_code[f.f_lasti] == dis.opmap["STORE_SUBSCR"]
 
 
-_FOREIGN_WRITE = (
-    "item assignment into a plain NumPy array (y[...] = value, where y is an array tracegrad "
-    "does not track: one the caller passed without it being traced, a global, or a copy "
-    "made with ndarray.copy() of one) requested; NumPy would convert the traced value and "
-    "lose it. Create the array inside the function with np.zeros/np.ones/np.empty/np.full "
-    "(or np.zeros_like...), or make a tracked copy first with y = np.copy(y)")
+_FOREIGN_WRITE_WHY = (
+    "(y[...] = value, where y is an array tracegrad does not track: one the caller passed "
+    "without it being traced, a global, or a copy made with ndarray.copy() of one)")
+_FOREIGN_WRITE_FIX = (
+    "NumPy would convert the traced value and lose it. Create the array inside the function "
+    "with np.zeros/np.ones/np.empty/np.full (or np.zeros_like...), or make a tracked copy "
+    "first with y = np.copy(y)")
+_FOREIGN_WRITE = (f"item assignment into a plain NumPy array {_FOREIGN_WRITE_WHY} requested; "
+                  f"{_FOREIGN_WRITE_FIX}")
 
 
 def foreign_write_error(e, what="a traced value"):
@@ -106,8 +108,21 @@ def foreign_write_error(e, what="a traced value"):
     src = _source_line(loc)
     return TraceError(f"item assignment of {what} into a plain NumPy array at "
                       f"{loc[0]}, line {loc[1]}, in {loc[2]}" + (f":\n    {src}\n" if src else ". ")
-                      + "(" + _FOREIGN_WRITE.split("(", 1)[1].replace(" requested;", ";")
-                      + ", or compute the new array functionally with tg.setitem.")
+                      + f"{_FOREIGN_WRITE_WHY}; {_FOREIGN_WRITE_FIX}, or compute the new array "
+                      f"functionally with tg.setitem.")
+
+
+@contextlib.contextmanager
+def foreign_writes_explained(what="a traced value"):
+    """Turn NumPy's bare error for a store of ``what`` into a plain ndarray
+    into the TraceError of ``foreign_write_error``."""
+    try:
+        yield
+    except ValueError as e:
+        err = foreign_write_error(e, what)
+        if err is None:
+            raise
+        raise err from e
 
 
 def _source_line(loc):
@@ -739,11 +754,12 @@ class Trace:
             self._lifted[id(obj)] = t
         return t
 
-    def follow(self, array):
-        """An array the user's function created: a constant this trace
-        follows (tracegrad.frontend.created), so writes into it are recorded."""
-        nid = self.const(array)
-        return Tracer(self, nid, self.nodes[nid].aval, "numpy")
+    def follow(self, array, face="numpy"):
+        """A constant's tracer: an array the user's function created
+        (tracegrad.frontend.created), which writes then change, or a folded
+        result (``_fold``)."""
+        nid = self.const(np.asarray(array))
+        return Tracer(self, nid, self.nodes[nid].aval, face)
 
     def is_lifted(self, tracer):
         """Is this tracer object an implicit input handed to the function?"""
@@ -834,12 +850,9 @@ class Trace:
         except Exception:   # noqa: BLE001 -- recorded as a node, the shape rule says why
             return None
 
-        def const(v):
-            nid = self.const(np.asarray(v))
-            return Tracer(self, nid, self.nodes[nid].aval, face)
         if prim.n_out == 1 and not isinstance(out, tuple):
-            return const(out)
-        return tuple(const(v) for v in out)
+            return self.follow(out, face)
+        return tuple(self.follow(v, face) for v in out)
 
     def _note_views(self, prim, args, result, attrs=None):
         """A view's result and its operands share memory from now on: a view
@@ -1150,13 +1163,8 @@ def _trace_once(fn, run, leaves_avals, rebuild_args, names, backend, faces, func
             tracing_random_draws(trace, fn, args, kwargs) as (args, kwargs):
         # NumPy arrays fn names (globals, closures) accept traced indices
         from tracegrad.ops.indexing import indexable_constants
-        try:
+        with foreign_writes_explained():
             out = indexable_constants(run, functions, lift, created.substitute)(*args, **kwargs)
-        except ValueError as e:
-            err = foreign_write_error(e)
-            if err is None:
-                raise
-            raise err from None
         out_leaves, out_tree = tree_flatten(out)
         for o in out_leaves:
             if isinstance(o, Tracer):

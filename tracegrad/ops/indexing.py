@@ -468,6 +468,20 @@ def plain_index(idx):
     return _plain_index_item(idx)
 
 
+def holds_value(obj):
+    """Does a (nested) list or tuple hold a tracegrad value?"""
+    if isinstance(obj, (list, tuple)):
+        return any(holds_value(o) for o in obj)
+    return is_value(obj)
+
+
+def stack_values(seq):
+    """A nested list of values and numbers as one value (np.array of them)."""
+    if isinstance(seq, (list, tuple)):
+        return _ops.stack([stack_values(s) for s in seq])
+    return seq
+
+
 def assign_index(x, idx, value):
     """What ``x[idx] = value`` makes of ``x`` in NumPy: a copy of ``x`` with
     ``value`` cast to its dtype and broadcast into ``x[idx]``."""
@@ -479,8 +493,7 @@ def assign_index(x, idx, value):
             value._refuse("y[index] = x[mask] with an index other than the same traced mask")
         return value._write_into(x, m)
     if isinstance(value, (list, tuple)):
-        value = _ops.stack([v for v in value]) if any(is_value(v) for v in value) \
-            else np.asarray(value)
+        value = stack_values(value) if holds_value(value) else np.asarray(value)
     vdtype = np.result_type(value) if not is_value(value) else value.dtype
     if vdtype != x.dtype:
         if vdtype.kind == "c" and x.dtype.kind != "c":
@@ -1018,8 +1031,9 @@ def _code_names(code):
     return names
 
 
-_CREATOR_NAMES = frozenset({"zeros", "ones", "empty", "full", "zeros_like", "ones_like",
-                            "empty_like", "full_like", "copy", "array", "asarray"})
+# numpy's array creators that tracegrad.frontend.created stands in for
+CREATOR_NAMES = ("zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like",
+                 "full_like", "copy", "array", "asarray")
 _LIBRARIES = ("numpy", "scipy", "tracegrad")
 
 
@@ -1039,7 +1053,7 @@ def _names_creators(f, memo):
     if got is None:
         module = (getattr(f, "__module__", None) or "").split(".", 1)[0]
         got = memo[key] = module not in _LIBRARIES and bool(
-            _code_names(f.__code__) & _CREATOR_NAMES)
+            _code_names(f.__code__).intersection(CREATOR_NAMES))
     return got
 
 
