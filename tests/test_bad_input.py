@@ -76,12 +76,6 @@ def raises(x):
     raise Mine("boom from the user's function")
 
 
-def branchy(x):
-    if x.sum() > 0:
-        return (x * 2.0).sum()
-    return x.sum()
-
-
 F = np.array([1.0, 2.0])
 
 # --- the entry points: (family, call(f, args, argnums, static, backend)) -------------------
@@ -258,10 +252,6 @@ ROWS = {
         draws, (np.random.default_rng(0), F), TG_GRAD | FUNC_GRAD,
         **{"*": (TypeError, [r"of draws: argument 'rng' is a np\.random\.Generator",
                              r"floating-point", r"other argnums"])}),
-    "a Python-level TraceError": row(
-        branchy, (F,), ALL - {e for e in ALL if "af." in e},   # functional falls back to eager
-        **{"*": (TraceError, [r"Python truth value", r"test_bad_input\.py, line \d+, in branchy",
-                              r"np\.where", r"static_argnums"])}),
 }
 
 CELLS = [pytest.param(r, e, id=f"{r}-{e}") for r, spec in ROWS.items()

@@ -495,7 +495,7 @@ def test_iterations_that_differ_are_not_rolled_wrongly(small_loops_roll, monkeyp
     # rolling after tracing alone (the source rewrite would take most of these
     # loops first: tests/test_loop_rewrite.py)
     from tracegrad.frontend import loop_rewrite
-    monkeypatch.setattr(loop_rewrite, "rewrite", lambda fn: None)
+    monkeypatch.setattr(loop_rewrite, "rewrite", lambda fn, *a, **k: None)
     x = np.array([0.3, -0.2, 0.9])
     w = np.linspace(0.5, 1.5, 30)
 

@@ -10,6 +10,7 @@ Only a build imports networkx and Jinja2.
 from __future__ import annotations
 
 import functools
+import logging
 import inspect
 import os
 import sys
@@ -29,8 +30,10 @@ from tracegrad.runtime.graph_call import leaf_array, display_paths, describe_pat
 from tracegrad.ops import primitives
 from tracegrad.ops.primitives import Aval
 from tracegrad.ops.runtime_numpy import SHORTER_SLICE
-from tracegrad.frontend.trace import (Tracer, foreign_writes_explained, trace_function,
-                                      tree_flatten, tree_unflatten, leaf_paths)
+from tracegrad.frontend.trace import (Tracer, ValueDependent, foreign_writes_explained,
+                                      trace_function, tree_flatten, tree_unflatten, leaf_paths)
+
+log = logging.getLogger("tracegrad")
 
 _ALL = weakref.WeakSet()
 
@@ -190,7 +193,7 @@ class Compiled:
     """A function compiled for one transform; called like the original."""
 
     def __init__(self, fn, kind="forward", argnums=0, has_aux=False, backend=None,
-                 static_argnums=(), static_argnames=(), compile=True):
+                 static_argnums=(), static_argnames=(), compile=True, fallback=True):
         if isinstance(fn, Compiled) and fn.kind == "forward":
             # tg.grad(tg.compile(f)) is tg.grad(f); a transformed function
             # (tg.grad(tg.grad(f))) stays whole: tracing it inlines its graph
@@ -208,6 +211,9 @@ class Compiled:
         # compile=False: run fn eagerly on NumPy-face values that record the
         # tape, so control flow may depend on values (see _call_eager)
         self.compiled = bool(compile)
+        # control flow that cannot become graph control flow: run eagerly
+        # for that signature (fallback), or raise the TraceError
+        self.fallback = bool(fallback)
         label = f"tg.{'compile' if kind == 'forward' else kind} of {getattr(fn, '__name__', fn)}"
         self.argnums, self._single = _norm_argnums(argnums, f"{label}: argnums")
         self.has_aux = has_aux
@@ -231,7 +237,7 @@ class Compiled:
         # configuration: its calls must never find the compiled code's runners.
         self._tables = _tables_for(fn, (kind, self.argnums, self._single, has_aux, backend,
                                         self.static_argnums, self.static_argnames,
-                                        self.compiled))
+                                        self.compiled, self.fallback))
         self._fast = self._tables.fast
         self._arrays_only = self._tables.arrays_only
         # the name and docstring only: merging fn.__dict__ would copy a
@@ -381,16 +387,24 @@ class Compiled:
                 return self._call_on_tape(args, leaves, arrays, ranges, kw_tree, statics, names, sig)
         entry = self._fast.get(sig)
         if entry is None:
-            entry = self._build(self.kind, arrays, ranges, kw_tree, statics, names, len(args),
-                                faces=faces)
+            try:
+                entry = self._build(self.kind, arrays, ranges, kw_tree, statics, names,
+                                    len(args), faces=faces)
+            except ValueDependent as e:
+                if not self.fallback:
+                    raise
+                entry = self._fast[sig] = _EagerFallback(self.__name__, arrays, e)
             self._fast[sig] = entry
-            if not kwargs and not statics and all(type(a) is np.ndarray for a in args):
+            if not kwargs and not statics and all(type(a) is np.ndarray for a in args) \
+                    and type(entry) is not _EagerFallback:
                 key = tuple(x for a in args for x in (a.shape, a.dtype.char))
                 if len(self._arrays_only) >= SIGNATURES_PER_FUNCTION:
                     self._arrays_only.clear()
                 self._arrays_only[key] = self._runner(entry, ranges)
         else:
             cache.count("memory_hits")
+        if type(entry) is _EagerFallback:
+            return self._call_eager(args, kwargs)
         try:
             out = self._run(entry, arrays, ranges)
         except IndexError as e:
@@ -426,7 +440,7 @@ class Compiled:
             table[key] = Compiled(self.fn, self.kind, self.argnums if not self._single
                                   else self.argnums[0], self.has_aux, self.backend,
                                   self.static_argnums + positions,
-                                  self.static_argnames + names, self.compiled)
+                                  self.static_argnames + names, self.compiled, self.fallback)
         return _IntValues(table[key])
 
     def _call_profiled(self, args, kwargs):
@@ -1065,59 +1079,64 @@ def _wrt_desc(wrt, names):
 
 # --- the public functions -----------------------------------------------------------------
 
-def compile(fn=None, *, backend=None, static_argnums=(), static_argnames=()):
+def compile(fn=None, *, backend=None, static_argnums=(), static_argnames=(), fallback=True):
     """Compile ``fn`` (plain NumPy or Tensor code) to generated NumPy code,
     traced once per input signature and cached in memory and on disk.
+
+    Python control flow on values (``if``, ``while``, ``break``, ``and``,
+    ``min``/``max``) becomes graph control flow; what cannot (a branch that
+    prints, say) runs the function eagerly for that signature, said once in
+    the log; ``fallback=False`` raises the TraceError instead.
 
     Usable as ``@tg.compile`` or ``@tg.compile(static_argnums=...)``."""
     if fn is None:
         return lambda f: Compiled(f, "forward", backend=backend, static_argnums=static_argnums,
-                                  static_argnames=static_argnames)
+                                  static_argnames=static_argnames, fallback=fallback)
     return Compiled(fn, "forward", backend=backend, static_argnums=static_argnums,
-                    static_argnames=static_argnames)
+                    static_argnames=static_argnames, fallback=fallback)
 
 
 def grad(fn, argnums=0, has_aux=False, *, backend=None, static_argnums=(), static_argnames=(),
-         compile=True):
+         compile=True, fallback=True):
     """The gradient of a scalar function w.r.t. argument(s) ``argnums``.
 
     compile=False runs ``fn`` eagerly on values that record the tape, so its
     control flow may depend on values (``while err > tol``), as with HIPS
     autograd; every transform takes it."""
     return Compiled(fn, "grad", argnums, has_aux, backend, static_argnums, static_argnames,
-                    compile)
+                    compile, fallback)
 
 
 def value_and_grad(fn, argnums=0, has_aux=False, *, backend=None, static_argnums=(),
-                   static_argnames=(), compile=True):
+                   static_argnames=(), compile=True, fallback=True):
     """``(value, gradient)`` of a scalar function in one compiled call."""
     return Compiled(fn, "value_and_grad", argnums, has_aux, backend, static_argnums,
-                    static_argnames, compile)
+                    static_argnames, compile, fallback)
 
 
 def jacobian(fn, argnums=0, *, backend=None, static_argnums=(), static_argnames=(),
-             compile=True):
+             compile=True, fallback=True):
     """The full Jacobian (reverse mode): shape out.shape + in.shape, all rows
     in one compiled call."""
     return Compiled(fn, "jacrev", argnums, False, backend, static_argnums, static_argnames,
-                    compile)
+                    compile, fallback)
 
 
 jacrev = jacobian
 
 
 def jacfwd(fn, argnums=0, *, backend=None, static_argnums=(), static_argnames=(),
-           compile=True):
+           compile=True, fallback=True):
     """The full Jacobian by forward mode (one tangent per input element)."""
     return Compiled(fn, "jacfwd", argnums, False, backend, static_argnums, static_argnames,
-                    compile)
+                    compile, fallback)
 
 
 def hessian(fn, argnums=0, *, backend=None, static_argnums=(), static_argnames=(),
-            compile=True):
+            compile=True, fallback=True):
     """The Hessian of a scalar function: shape in.shape + in.shape."""
     return Compiled(fn, "hessian", argnums, False, backend, static_argnums, static_argnames,
-                    compile)
+                    compile, fallback)
 
 
 def _bind_statics(fn, primals, static_argnums, static_argnames, what):
@@ -1161,6 +1180,23 @@ def vjp(fn, *primals, has_aux=False, backend=None, static_argnums=(), static_arg
         # (inside a compiled transform the primals are symbols: traced as compiled)
         return _eager_vjp(f, dyn, has_aux)
     return graph_call.vjp(f, dyn, has_aux, backend)
+
+
+class _EagerFallback:
+    """The entry of a signature whose control flow could not become graph
+    control flow: the function runs eagerly (compile=False) for it.  Made
+    once per signature, with one log line saying where and why."""
+
+    def __init__(self, name, arrays, error):
+        sig = ", ".join(f"{a.dtype}{list(a.shape)}" for a in (np.asarray(x) if not hasattr(
+            x, "shape") else x for x in arrays))
+        self.where, self.reason = error.where, error.reason
+        msg = (f"tracegrad: {name}({sig}) runs eagerly (as with compile=False) for these "
+               f"argument types, because at {error.where} {error.reason} (a traced value's "
+               f"value is needed while tracing). Pass fallback=False for the error instead")
+        log.warning(msg)
+        if os.environ.get("TRACEGRAD_EXPLAIN") and log.hasHandlers():
+            print(msg, file=sys.stderr)
 
 
 class _IntValues:

@@ -60,13 +60,14 @@ import types
 
 import numpy as np
 
+from tracegrad.frontend import branch_rewrite
+from tracegrad.frontend.branch_rewrite import _PREFIX, _SCOPE_READERS, UNBOUND, _explain
 from tracegrad.ops import control
 
 ROLL_MIN_STEPS = 4      # fewer iterations stay unrolled
 ROLL_MIN_NODES = 256    # nor loops of fewer recorded ops in all
 PEELED = 2              # iterations run as written before the loop node
 
-_PREFIX = "__tg_"
 _RT = "__tg_rt"         # the local name under which rewritten code reaches this module
 
 
@@ -76,78 +77,17 @@ class RetraceAsWritten(BaseException):
     Exception`` around the loop does not take it for an error of theirs."""
 
 
-class _Unbound:
-    """The value of a carried name that is not bound (yet)."""
-    __slots__ = ()
-
-    def __repr__(self):
-        return "<unbound>"
-
-
-UNBOUND = _Unbound()
-
-
 def enabled():
     return os.environ.get("TRACEGRAD_ROLL", "1").strip().lower() not in ("0", "false", "no", "off")
-
-
-def _explain(msg):
-    if os.environ.get("TRACEGRAD_EXPLAIN"):
-        print(f"tracegrad: {msg}", file=sys.stderr)
 
 
 # --- the source rewrite ----------------------------------------------------------------------
 
 _REFUSED_EXPRESSIONS = (ast.Lambda, ast.NamedExpr, ast.Yield, ast.YieldFrom, ast.Await)
-_SCOPE_READERS = {"locals", "vars", "eval", "exec", "globals", "dir", "super"}
-
-
-def _names_stored(stmts):
-    """Plain names the statements assign (not inside comprehensions or the
-    functions a rewrite generated)."""
-    out = []
-
-    def visit(node):
-        if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp,
-                             ast.FunctionDef, ast.Lambda)):
-            return
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            if not node.id.startswith(_PREFIX) and node.id not in out:
-                out.append(node.id)
-        # `y[index] = v` and `y[index] += v` update the array y names: y is
-        # carried as `y += v` carries it
-        name = _item_target(node)
-        if name is not None and name not in out:
-            out.append(name)
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-    for s in stmts:
-        visit(s)
-    return out
-
-
-def _item_target(node):
-    """``y`` for an item assignment target ``y[index]`` (y a plain name)."""
-    if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) \
-            and isinstance(node.value, ast.Name) and not node.value.id.startswith(_PREFIX):
-        return node.value.id
-    return None
-
-
-def _names_items_written(stmts):
-    """Names whose items the statements assign (``y[i] = v``, ``y[i] += v``)."""
-    out = set()
-    for s in stmts:
-        for n in ast.walk(s):
-            name = _item_target(n)
-            if name is not None:
-                out.add(name)
-    return out
-
-
-def _names_loaded(node):
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)
-            and isinstance(n.ctx, ast.Load)}
+_names_stored = branch_rewrite.names_stored
+_names_items_written = branch_rewrite.names_items_written
+_names_loaded = branch_rewrite.names_loaded
+_locate = branch_rewrite.locate
 
 
 def _written_first(stmts, name, generated):
@@ -224,34 +164,37 @@ def _why_not(stmts, generated):
         else:
             return f"line {s.lineno} {_STATEMENT_WORDS.get(type(s), 'is a ' + type(s).__name__ + ' statement')}"
         for node in ast.walk(value):
-            if isinstance(node, _REFUSED_EXPRESSIONS):
+            if isinstance(node, _REFUSED_EXPRESSIONS) and not getattr(node, "_tg_generated", False):
                 return f"line {s.lineno} has a {type(node).__name__}"
             if isinstance(node, ast.Name) and node.id in _SCOPE_READERS:
                 return f"line {s.lineno} calls {node.id}()"
     return None
 
 
-class _Rewriter(ast.NodeTransformer):
-    def __init__(self, local_names=()):
+class _Rewriter(branch_rewrite.ControlFlowRewriter):
+    """Rolls ``for`` loops over ``range`` (``loops``) and, with ``control``,
+    converts the control flow on values (``branch_rewrite``)."""
+
+    def __init__(self, local_names=(), control=False, loops=True):
+        super().__init__(control)
         self.local_names = set(local_names)   # the function's own local variables
-        self.generated = set()   # ids of statements the rewrite wrote
-        self.count = 0
-        self.skipped = []        # (line, reason)
-
-    def visit_FunctionDef(self, node):
-        return node              # nested functions are other scopes: left alone
-
-    visit_AsyncFunctionDef = visit_FunctionDef
-    visit_ClassDef = visit_FunctionDef
-    visit_Lambda = visit_FunctionDef
+        self.loops = loops
+        self.rolled = 0
 
     def visit_For(self, node):
+        if self.control:
+            jumps = self.convert_for_with_jumps(node)
+            if jumps is not None:
+                return jumps
         self.generic_visit(node)     # inner loops first
+        if not self.loops:
+            return node
         why = self._why_not(node)
         if why:
             self.skipped.append((node.lineno, why))
             return node
         self.count += 1
+        self.rolled += 1
         var = node.target.id
         carried = _names_stored(node.body)
         index = var
@@ -333,14 +276,6 @@ class _Rewriter(ast.NodeTransformer):
         return None
 
 
-def _locate(tree, loc):
-    """Give the nodes a rewrite built (they have no source position) ``loc``."""
-    for n in ast.walk(tree):
-        if "lineno" in n._attributes and getattr(n, "lineno", None) is None:
-            for k, v in loc.items():
-                setattr(n, k, v)
-
-
 def _function_refused(tree):
     for n in ast.walk(tree):
         if isinstance(n, (ast.Global, ast.Nonlocal)):
@@ -350,20 +285,22 @@ def _function_refused(tree):
     return None
 
 
-_MEMO = {}     # code object -> its rewritten code, or None
+_MEMO = {}     # (code object, control, loops) -> its rewritten code, or None
 
 
-def _rewritten_code(code):
-    if code in _MEMO:
-        return _MEMO[code]
+def _rewritten_code(code, control=False, loops=True):
+    key = (code, control, loops)
+    if key in _MEMO:
+        return _MEMO[key]
     if len(_MEMO) > 1024:
         _MEMO.clear()
-    _MEMO[code] = result = _rewrite_code(code)
+    _MEMO[key] = result = _rewrite_code(code, control, loops)
     return result
 
 
-def _rewrite_code(code):
-    """The code of the function ``code`` with its loops rewritten, or None.
+def _rewrite_code(code, control=False, loops=True):
+    """The code of the function ``code`` with its loops rewritten (``loops``)
+    and its control flow on values converted (``control``), or None.
 
     The whole source file is parsed and compiled again with the function
     replaced, so the function is compiled exactly where it was (inside its
@@ -378,28 +315,31 @@ def _rewrite_code(code):
     except (SyntaxError, ValueError):
         return None
     fdef = _find_def(tree, code)
-    if fdef is None or not any(isinstance(n, ast.For) for n in ast.walk(fdef)) \
-            or _function_refused(fdef):
+    if fdef is None or _function_refused(fdef) or not (
+            control or any(isinstance(n, ast.For) for n in ast.walk(fdef))):
         return None
     if not _same_code(_find_code(_compile_file(tree, source, code.co_filename), code), code):
         _explain(f"kept the loops of {code.co_qualname} as written: its source file changed "
                  f"since it was imported")
         return None
-    rw = _Rewriter(code.co_varnames + code.co_cellvars)
+    rw = _Rewriter(code.co_varnames + code.co_cellvars, control, loops)
+    returns = control and branch_rewrite.returns_to_result(fdef)
     body = []
     for s in fdef.body:
         r = rw.visit(s)
         body.extend(r if isinstance(r, list) else [r])
     for line, why in rw.skipped:
-        _explain(f"kept the Python loop at {os.path.basename(code.co_filename)}:{line} "
+        _explain(f"kept the Python statement at {os.path.basename(code.co_filename)}:{line} "
                  f"as written: {why}")
-    if not rw.count:
+    if not rw.rolled and not rw.converted and not returns:
         return None
-    # the rewritten code reaches this module through a local name
-    reach = ast.parse(f"import {__name__} as {_RT}").body[0]
-    _locate(reach, dict(lineno=fdef.lineno, col_offset=fdef.col_offset,
+    # the rewritten code reaches these modules through local names
+    reach = ast.parse(f"import {__name__} as {_RT}\n"
+                      f"import {branch_rewrite.__name__} as {branch_rewrite._CF}").body
+    for r in reach:
+        _locate(r, dict(lineno=fdef.lineno, col_offset=fdef.col_offset,
                         end_lineno=fdef.lineno, end_col_offset=fdef.col_offset))
-    fdef.body = [reach] + body
+    fdef.body = reach + body
     ast.fix_missing_locations(tree)
     try:
         compiled = compile(tree, code.co_filename, "exec", dont_inherit=True)
@@ -475,26 +415,28 @@ def _renamed_bodies(code, name, qualname):
     return code.replace(co_consts=consts, co_qualname=qualname)
 
 
-def _may_rewrite(code):
+def _may_rewrite(code, control=False):
     """The cheap tests first: most functions have no loop over ``range``."""
-    return "range" in code.co_names and not code.co_flags & (
+    return (control or "range" in code.co_names) and not code.co_flags & (
         inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR)
 
 
-def rewrite(fn):
+def rewrite(fn, control=False, loops=True):
     """``fn`` with its ``for ... in range(...)`` loops rewritten into scan
-    nodes, or None when there is nothing to rewrite (or no source to read)."""
+    nodes (``loops``) and its control flow on values converted into cond and
+    while nodes (``control``), or None when there is nothing to rewrite (or
+    no source to read)."""
     if not enabled():
         return None
     if isinstance(fn, types.MethodType):
-        f = rewrite(fn.__func__)
+        f = rewrite(fn.__func__, control, loops)
         return None if f is None else types.MethodType(f, fn.__self__)
     if not isinstance(fn, types.FunctionType):
         return None
     code = fn.__code__
-    if not _may_rewrite(code):
+    if not _may_rewrite(code, control):
         return None
-    new = _rewritten_code(code)
+    new = _rewritten_code(code, control, loops)
     if new is None:
         return None
     cells = dict(zip(code.co_freevars, fn.__closure__ or ()))
@@ -536,12 +478,13 @@ class CalledFunctions:
     _lock = threading.Lock()
     _swapped = {}       # function -> [its own code, how many traces use the rewrite]
 
-    def __init__(self):
+    def __init__(self, control=False, loops=True):
         self.mine = []
+        self.control, self.loops = control, loops
 
     def enter(self, fn):
         """Make ``fn`` run its rewritten code (if it has any) until restore()."""
-        if type(fn) is not types.FunctionType or not _may_rewrite(fn.__code__) \
+        if type(fn) is not types.FunctionType or not _may_rewrite(fn.__code__, self.control) \
                 or not enabled():
             return
         code = fn.__code__
@@ -550,7 +493,7 @@ class CalledFunctions:
             if entry is None:
                 if _library_code(code):
                     return
-                new = _rewritten_code(code)
+                new = _rewritten_code(code, self.control, self.loops)
                 if new is None or new.co_freevars != code.co_freevars:
                     return
                 entry = self._swapped[fn] = [code, 0]

@@ -22,7 +22,7 @@ import weakref
 
 import numpy as np
 
-from tracegrad.frontend import captured as _captured, created, loop_rewrite
+from tracegrad.frontend import branch_rewrite, captured as _captured, created, loop_rewrite
 from tracegrad.ops import primitives
 from tracegrad.ops._define import ArrayMethods
 from tracegrad.ops.primitives import Aval
@@ -33,6 +33,19 @@ _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # trace
 class TraceError(TypeError):
     """A traced value was used where a concrete value is needed (Python
     control flow, conversion to a Python number or NumPy array)."""
+
+
+class ValueDependent(TraceError):
+    """The function needs a traced value's value while it is traced (Python
+    control flow that cannot become graph control flow, a conversion to a
+    Python number): ``where`` is file:line, ``reason`` what was asked.  A
+    compiled transform then runs the function eagerly for that signature
+    (``tracegrad.api``), unless its fallback is off."""
+
+    def __init__(self, message, where=None, reason=None):
+        super().__init__(message)
+        self.where = where
+        self.reason = reason
 
 
 _INTERNAL_CODE = {}    # code object -> is it tracegrad's (or the interpreter's)?
@@ -234,7 +247,8 @@ class Tracer(ArrayMethods):
         if deps:
             origin = (" It depends on the argument" + ("s " if len(deps) > 1 else " ")
                       + ", ".join(f"'{d}'" for d in deps) + ".")
-        raise TraceError(
+        kind = TraceError if what == _FOREIGN_WRITE else ValueDependent
+        raise kind(
             f"{what} of a traced value at {where}"
             + (f":\n    {src}\n" if src else ". ")
             + f"While tracegrad traces a function, arrays are symbolic "
@@ -244,7 +258,10 @@ class Tracer(ArrayMethods):
             f"static_argnums=/static_argnames= (it is then part of the cache key), "
             f"express the choice as data with np.where(cond, a, b) / np.maximum / np.clip, "
             f"or differentiate without compiling: tg.grad(f, compile=False) runs f eagerly "
-            f"on values that record the tape, so its control flow may depend on values.")
+            f"on values that record the tape, so its control flow may depend on values.",
+            **({} if kind is TraceError else dict(
+                where=f"{os.path.basename(loc[0])}:{loc[1]}" if loc else None,
+                reason=what.split(" (")[0])))
 
     def _known(self, what):
         """The value of a constant array for a conversion ``what``; an error
@@ -1107,18 +1124,32 @@ def trace_function(fn, leaves_avals, rebuild_args, names, backend="numpy", faces
     cannot pass them leaves ``capture`` off: the arrays are then constants;
     capture="freeze" makes them constants too and lists them (``trace.frozen``)."""
     if not capture:
-        return _trace_rewritten(fn, leaves_avals, rebuild_args, names, backend, faces, None)
+        try:
+            return _trace_rewritten(fn, leaves_avals, rebuild_args, names, backend, faces, None)
+        except ValueDependent:
+            if not loop_rewrite.enabled():
+                raise
+        return _trace_rewritten(fn, leaves_avals, rebuild_args, names, backend, faces, None,
+                                control=True)
     root = _captured.active_root()
     scope = _captured.Scope(fn, parent=root.scope if root is not None else None,
                             freeze_all=capture == "freeze")
+    control = False
     while True:
         scope.last_trace = None
         try:
             trace, out_tree = _trace_rewritten(fn, leaves_avals, rebuild_args, names, backend,
-                                               faces, scope)
+                                               faces, scope, control)
         except Exception as e:
             # an array the function uses as a Python value cannot be an
-            # input: trace again with it frozen (never twice the same way)
+            # input: trace again with it frozen (never twice the same way);
+            # control flow on any other value: trace again with the control
+            # flow converted into cond and while nodes (branch_rewrite)
+            blamed_capture = any(c not in scope.frozen for c in scope.culprits)
+            if isinstance(e, ValueDependent) and not control and not blamed_capture \
+                    and loop_rewrite.enabled():
+                control = True
+                continue
             if not scope.freeze_for_retry(scope.last_trace, e):
                 raise
             continue
@@ -1128,14 +1159,29 @@ def trace_function(fn, leaves_avals, rebuild_args, names, backend="numpy", faces
         return trace, out_tree
 
 
-def _trace_rewritten(fn, leaves_avals, rebuild_args, names, backend, faces, scope):
-    if loop_rewrite.enabled():
-        try:
-            return _trace_once(fn, loop_rewrite.rewrite(fn) or fn, leaves_avals, rebuild_args,
-                               names, backend, faces, loop_rewrite.CalledFunctions(), scope)
-        except loop_rewrite.RetraceAsWritten:
-            pass
-    return _trace_once(fn, fn, leaves_avals, rebuild_args, names, backend, faces, None, scope)
+def _trace_rewritten(fn, leaves_avals, rebuild_args, names, backend, faces, scope,
+                     control=False):
+    """Trace ``fn`` with its loops rolled, else as written; ``control``: with
+    its control flow on values converted too (loops rolled, else not)."""
+    try:
+        if loop_rewrite.enabled():
+            try:
+                return _trace_once(fn, loop_rewrite.rewrite(fn, control) or fn, leaves_avals,
+                                   rebuild_args, names, backend, faces,
+                                   loop_rewrite.CalledFunctions(control), scope)
+            except loop_rewrite.RetraceAsWritten:
+                pass
+        if control:
+            return _trace_once(fn, loop_rewrite.rewrite(fn, control, loops=False) or fn,
+                               leaves_avals, rebuild_args, names, backend, faces,
+                               loop_rewrite.CalledFunctions(control, loops=False), scope)
+        return _trace_once(fn, fn, leaves_avals, rebuild_args, names, backend, faces, None, scope)
+    except branch_rewrite.NotConverted as e:
+        raise ValueDependent(
+            f"control flow on a traced value at {e.where} cannot be compiled: {e.reason}. "
+            f"Remedies: write the choice as data (np.where, np.maximum, np.clip) or with "
+            f"tg.cond / tg.while_loop, mark the argument static (static_argnums=), or run the "
+            f"function eagerly (compile=False)", where=e.where, reason=e.reason) from None
 
 
 def _trace_once(fn, run, leaves_avals, rebuild_args, names, backend, faces, functions=None,
