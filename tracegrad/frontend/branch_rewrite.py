@@ -760,7 +760,7 @@ class _no_view_marks:
         return False
 
 
-def _trace_fn(fn, args, where):
+def _trace_fn(fn, args, where, contain=False):
     """``fn(*args)`` traced as a body (to see what it gives), outputs as is."""
     arrays = [k for k, v in enumerate(args) if _is_tracer(v)]
     outs = []
@@ -775,7 +775,7 @@ def _trace_fn(fn, args, where):
         return tuple(r for r in res if _is_tracer(r))
     try:
         control._trace(flat, [control._leaf_aval(args[k]) for k in arrays],
-                       [control._face(args[k]) for k in arrays])
+                       [control._face(args[k]) for k in arrays], contain)
     except NotConverted:
         raise
     except Exception as e:   # noqa: BLE001 -- said as the reason of the eager fallback
@@ -854,7 +854,7 @@ def if_stmt(test, then_fn, else_fn, names, line, reason):
 
 
 def _branches(pred, fns, init, names, where, what):
-    traced = [_trace_fn(f, init, where) for f in fns]
+    traced = [_trace_fn(f, init, where, contain=True) for f in fns]
     plan = _plan([r for r, _ in traced], init, names, where, what)
     # an array a branch updates in place (y[i] = v) is updated for every
     # name bound to it, as NumPy would
