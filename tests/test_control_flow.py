@@ -408,3 +408,25 @@ def test_fallback_never_gives_a_wrong_number():
         tg.grad(counts)(np.ones(3))
     # the forward value has no gradient to lose: it runs eagerly
     assert tg.compile(counts)(np.ones(3)) == 9.0
+
+
+def test_lambdas_convert_too():
+    f = lambda x, k=2.0: np.sum(x) * k if max(x[0], x[1]) > 0 and x[2] < 1 else -np.sum(x)  # noqa: E731
+    for x in (np.array([1.0, -2.0, 0.5]), np.array([-1.0, -2.0, 0.5]),
+              np.array([1.0, -2.0, 1.5])):
+        v, g = tg.value_and_grad(f, fallback=False)(x)
+        np.testing.assert_allclose(v, f(x), rtol=1e-12)
+        np.testing.assert_allclose(g, tg.grad(f, compile=False)(x), rtol=1e-12)
+
+
+def test_methods_convert_too():
+    class Model:
+        scale = 2.0
+
+        def loss(self, x):
+            s = x.sum()
+            return s * self.scale if s > 0 else -s
+    m = Model()
+    np.testing.assert_allclose(tg.grad(m.loss, fallback=False)(np.array([1.0, 2.0])), [2.0, 2.0])
+    np.testing.assert_allclose(tg.grad(m.loss, fallback=False)(np.array([-1.0, 0.5])),
+                               [-1.0, -1.0])

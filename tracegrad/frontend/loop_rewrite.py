@@ -323,6 +323,16 @@ def _rewrite_code(code, control=False, loops=True):
                  f"since it was imported")
         return None
     rw = _Rewriter(code.co_varnames + code.co_cellvars, control, loops)
+    if isinstance(fdef, ast.Lambda):
+        # an expression only: its conditional expressions, and/or/not,
+        # comparisons and min/max; the module reached through a keyword-only
+        # parameter that ``rewrite`` gives its default
+        fdef.body = rw.visit(fdef.body)
+        if not rw.converted:
+            return None
+        fdef.args.kwonlyargs.append(ast.arg(arg=branch_rewrite._CF))
+        fdef.args.kw_defaults.append(None)
+        return _compiled_again(tree, code)
     returns = control and branch_rewrite.returns_to_result(fdef)
     body = []
     for s in fdef.body:
@@ -340,6 +350,11 @@ def _rewrite_code(code, control=False, loops=True):
         _locate(r, dict(lineno=fdef.lineno, col_offset=fdef.col_offset,
                         end_lineno=fdef.lineno, end_col_offset=fdef.col_offset))
     fdef.body = reach + body
+    return _compiled_again(tree, code)
+
+
+def _compiled_again(tree, code):
+    """The code of ``code``'s function in the rewritten file ``tree``."""
     ast.fix_missing_locations(tree)
     try:
         compiled = compile(tree, code.co_filename, "exec", dont_inherit=True)
@@ -352,7 +367,12 @@ def _rewrite_code(code, control=False, loops=True):
 
 
 def _find_def(tree, code):
-    """The ``def`` statement of ``code`` in the parsed file."""
+    """The ``def`` statement (or the lambda, alone on its line) of ``code``
+    in the parsed file."""
+    if code.co_name == "<lambda>":
+        found = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda)
+                 and n.lineno == code.co_firstlineno]
+        return found[0] if len(found) == 1 else None
     for n in ast.walk(tree):
         if isinstance(n, ast.FunctionDef) and n.name == code.co_name:
             first = min([n.lineno] + [d.lineno for d in n.decorator_list])
@@ -443,6 +463,8 @@ def rewrite(fn, control=False, loops=True):
     g = types.FunctionType(new, fn.__globals__, fn.__name__, fn.__defaults__,
                            tuple(cells[v] for v in new.co_freevars))
     g.__kwdefaults__ = fn.__kwdefaults__
+    if new.co_kwonlyargcount > code.co_kwonlyargcount:    # a lambda: the module it reaches
+        g.__kwdefaults__ = {**(fn.__kwdefaults__ or {}), branch_rewrite._CF: branch_rewrite}
     g.__qualname__, g.__module__, g.__doc__ = fn.__qualname__, fn.__module__, fn.__doc__
     g.__dict__.update(fn.__dict__)
     return g
@@ -494,7 +516,8 @@ class CalledFunctions:
                 if _library_code(code):
                     return
                 new = _rewritten_code(code, self.control, self.loops)
-                if new is None or new.co_freevars != code.co_freevars:
+                if new is None or new.co_freevars != code.co_freevars \
+                        or new.co_kwonlyargcount != code.co_kwonlyargcount:
                     return
                 entry = self._swapped[fn] = [code, 0]
                 fn.__code__ = new
