@@ -154,6 +154,31 @@ def calls_helper(x):          # the helper's own `if` is converted too
     return helper(x.sum()) + helper(x[0]) * 2
 
 
+def search(x):                # a return inside a for loop, of a tuple
+    y = x
+    for i in range(50):
+        y = y * 0.8 + 0.05
+        if np.sum(y ** 2) < 0.5:
+            return np.sum(y) * i, y[0]
+    return np.sum(y), -y[0]
+
+
+def search_total(x):
+    a, b = search(x)
+    return a + b
+
+
+def fixed_cos(x):             # while True left by return only
+    it = 0
+    while True:
+        x = np.cos(x)
+        it += 1
+        if np.max(np.abs(x - np.cos(x))) < 1e-8:
+            return np.sum(x)
+        if it > 200:
+            return np.sum(x) * 0
+
+
 FUNCTIONS = {
     "elif_chain": (elif_chain, [np.full(3, 0.5), np.full(3, 0.1), np.full(3, -0.1),
                                 np.full(3, -0.5)]),
@@ -173,6 +198,9 @@ FUNCTIONS = {
                                   np.array([0.2, -0.6, -0.3])]),
     "loop_with_branch": (loop_with_branch, [np.array([0.5, 0.4, 0.3]), np.array([0.1, 0.1, 0.1])]),
     "calls_helper": (calls_helper, [np.array([1.0, 2.0]), np.array([-1.0, 0.5])]),
+    "search_total": (search_total, [np.array([1.0, 2.0]), np.array([0.1, 0.2]),
+                                    np.array([30.0, 40.0])]),
+    "fixed_cos": (fixed_cos, [np.array([0.3, 0.5]), np.array([2.0, -1.0])]),
 }
 
 

@@ -194,6 +194,8 @@ def _unconvertible(stmts):
                 return f"line {n.lineno} calls {n.id}()"
             if isinstance(n, ast.Return):
                 return f"line {n.lineno} returns from inside it"
+    if _contains(stmts, (ast.Break, ast.Continue), into_loops=False):
+        return "it breaks out of (or continues) a loop kept as written"
     return None
 
 
@@ -389,14 +391,75 @@ def returns_to_result(fdef):
         return False
     if not _returns_only_through_ifs(body):
         return False
-    body = _absorb(body)
     loc = loc_of(body[-1])
     if not _always_returns(body):
         body = body + [ast.Return(value=None, **loc)]   # falling off the end returns None
+    body = _absorb(body)
     body = [_ReturnsToResult().visit(s) for s in body]
     fdef.body = body + [ast.Return(value=ast.Name(id=f"{_VAR}result", ctx=ast.Load()), **loc)]
     locate(fdef, loc)
     return True
+
+
+def _range_for_or_while(node):
+    if isinstance(node, ast.While):
+        return True
+    it = node.iter
+    return isinstance(node, ast.For) and isinstance(node.target, ast.Name) and \
+        isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" \
+        and not it.keywords and 1 <= len(it.args) <= 3
+
+
+def _returns_to_break(stmts, flag, value):
+    """``return x`` (reached through ifs) -> ``value = x; flag = True; break``."""
+    out = []
+    for s in stmts:
+        if isinstance(s, ast.Return):
+            loc = loc_of(s)
+            v = s.value if s.value is not None else ast.Constant(value=None)
+            assign = ast.Assign(targets=[ast.Name(id=value, ctx=ast.Store())], value=v)
+            ast.copy_location(assign, s)
+            out += [assign] + parse_at(f"{flag} = True\nbreak", loc)
+            return out
+        if isinstance(s, ast.If):
+            s.body = _returns_to_break(s.body, flag, value)
+            s.orelse = _returns_to_break(s.orelse, flag, value)
+        out.append(s)
+    return out
+
+
+def loop_returns_to_flags(fdef):
+    """A ``return`` inside a ``while`` loop or a ``for`` loop over ``range``
+    (reached through ifs) becomes a result and a flag set before a
+    ``break``, and the loop is followed by ``if flag: return result``."""
+    count = [0]
+
+    def process(stmts):
+        out = []
+        for s in stmts:
+            if isinstance(s, ast.If):
+                s.body, s.orelse = process(s.body), process(s.orelse)
+            elif isinstance(s, (ast.While, ast.For)):
+                s.body, s.orelse = process(s.body), process(s.orelse)   # inner loops first
+                if _range_for_or_while(s) and _contains(s.body, (ast.Return,)) \
+                        and _returns_only_through_ifs(s.body):
+                    count[0] += 1
+                    loc = loc_of(s)
+                    # `while True:` left only by return: the loop always returns
+                    always = isinstance(s, ast.While) and isinstance(s.test, ast.Constant) \
+                        and s.test.value is True and not s.orelse \
+                        and not _contains(s.body, (ast.Break,), into_loops=False)
+                    flag, value = f"{_VAR}ret_{s.lineno}_{count[0]}", \
+                        f"{_VAR}retval_{s.lineno}_{count[0]}"
+                    s.body = _returns_to_break(s.body, flag, value)
+                    after = parse_at(f"return {value}" if always else
+                                     f"if {flag}:\n    return {value}", loc)
+                    out += parse_at(f"{flag} = False", loc) + [s] + after
+                    continue
+            out.append(s)
+        return out
+    fdef.body = process(fdef.body)
+    return count[0] > 0
 
 
 def _guard_jumps(stmts, flags, loc):
@@ -787,10 +850,57 @@ def _trace_fn(fn, args, where, contain=False):
     return res, written
 
 
+def _container(v):
+    return isinstance(v, (tuple, list, dict)) and not _arraylike(v)
+
+
+def _flatten(v):
+    """(leaves, structure) of a name's value: a tuple, list or dict of values
+    as its leaves (structure None: the value is one leaf)."""
+    if _container(v):
+        return control.hooks.tree_flatten(v)
+    return [v], None
+
+
+def _unflatten(tree, leaves):
+    return leaves[0] if tree is None else control.hooks.tree_unflatten(tree, list(leaves))
+
+
+def _plan_leaf(vals, v0, where, name, what):
+    """("same", value) for a leaf every path leaves alone (not an array), or
+    ("array", shape, dtype) for one the statement's node gives."""
+    if all(v is v0 for v in vals) and not _arraylike(v0):
+        return ("same", v0)
+    arrays = [v for v in vals if _arraylike(v)]
+    numbers = [v for v in vals if _number(v) and not _arraylike(v)]
+    if len(arrays) + len(numbers) != len(vals):
+        kinds = sorted({type(v).__name__ for v in vals})
+        raise NotConverted(where, f"'{name}' is bound to a Python object ({', '.join(kinds)}) "
+                                  f"that differs between the paths of the {what}; only "
+                                  f"arrays and numbers can depend on a traced condition")
+    avals = {_aval(v) for v in arrays}
+    if len(avals) > 1:
+        desc = " vs ".join(f"{d}{list(s)}" for s, d in sorted(avals, key=str))
+        raise NotConverted(where, f"'{name}' has different shapes or dtypes on the paths "
+                                  f"of the {what} ({desc})")
+    if avals:
+        shape, dtype = avals.pop()
+    else:
+        shape, dtype = (), np.result_type(*[np.asarray(v).dtype for v in numbers])
+    for v in numbers:
+        _as_array(v, dtype, where, name)
+    if shape != () and numbers:
+        raise NotConverted(where, f"'{name}' is a Python number on one path and an array of "
+                                  f"shape {list(shape)} on another")
+    return ("array", shape, dtype)
+
+
 def _plan(results, init, names, where, what):
     """How each name comes out of a statement with several paths (the
-    branches of an if, or the entry and one iteration of a loop): ("same",)
-    unchanged, ("undefined", why), or ("array", shape, dtype)."""
+    branches of an if): ("same",) unchanged, ("undefined", why), or
+    ("tree", structure, leaf plans, fill) -- ``fill``: a rewrite's own
+    result name (``_tgv_...``) bound on some paths only, read only where
+    it was bound: zeros on the others."""
     plan = []
     for k, name in enumerate(names):
         vals = [r[k] for r in results]
@@ -798,36 +908,47 @@ def _plan(results, init, names, where, what):
         if all(v is v0 for v in vals) and not _arraylike(v0):
             plan.append(("same",))
             continue
+        fill = False
         if any(_absent(v) for v in vals):
             if all(_absent(v) for v in vals):
                 plan.append(("same",))
-            else:
+                continue
+            if not name.startswith(_VAR):
                 plan.append(("undefined", f"bound on one path only of the {what} at {where}, "
                                           f"whose condition depends on a traced value"))
-            continue
-        arrays = [v for v in vals if _arraylike(v)]
-        numbers = [v for v in vals if _number(v) and not _arraylike(v)]
-        if len(arrays) + len(numbers) != len(vals):
-            kinds = sorted({type(v).__name__ for v in vals})
-            raise NotConverted(where, f"'{name}' is bound to a Python object ({', '.join(kinds)}) "
-                                      f"that differs between the paths of the {what}; only "
-                                      f"arrays and numbers can depend on a traced condition")
-        avals = {_aval(v) for v in arrays}
-        if len(avals) > 1:
-            desc = " vs ".join(f"{d}{list(s)}" for s, d in sorted(avals, key=str))
-            raise NotConverted(where, f"'{name}' has different shapes or dtypes on the paths "
-                                      f"of the {what} ({desc})")
-        if avals:
-            shape, dtype = avals.pop()
-        else:
-            shape, dtype = (), np.result_type(*[np.asarray(v).dtype for v in numbers])
-        for v in numbers:
-            _as_array(v, dtype, where, name)
-        if shape != () and numbers:
-            raise NotConverted(where, f"'{name}' is a Python number on one path and an array of "
-                                      f"shape {list(shape)} on another")
-        plan.append(("array", shape, dtype))
+                continue
+            fill = True
+            vals = [v for v in vals if not _absent(v)]
+        flat = [_flatten(v) for v in vals]
+        trees = {repr(t) for _, t in flat}
+        if len(trees) > 1:
+            raise NotConverted(where, f"'{name}' has different structures on the paths of the "
+                                      f"{what} ({' vs '.join(sorted(trees))})")
+        tree = flat[0][1]
+        init_leaves, init_tree = _flatten(v0)
+        if init_tree != tree or (tree is None and _absent(v0)):
+            init_leaves = [UNBOUND] * len(flat[0][0])
+        leaves = [_plan_leaf([f[0][j] for f in flat], init_leaves[j], where, name, what)
+                  for j in range(len(flat[0][0]))]
+        if fill and any(p[0] == "same" for p in leaves):
+            raise NotConverted(where, f"the value of '{name}' holds a Python object")
+        plan.append(("tree", tree, leaves, fill))
     return plan
+
+
+def _path_leaves(v, p, where, name):
+    """The arrays the node gives for a name on one path, by its plan."""
+    if _absent(v):     # a rewrite's own result name not bound on this path
+        return [np.zeros(lp[1], lp[2]) for lp in p[2]]
+    leaves, _ = _flatten(v)
+    return [_shaped(x, lp, where, name) for x, lp in zip(leaves, p[2]) if lp[0] == "array"]
+
+
+def _rebuilt(p, outs):
+    """A name's value after the node from its plan and the node's outputs."""
+    it = iter(outs)
+    leaves = [lp[1] if lp[0] == "same" else next(it) for lp in p[2]]
+    return _unflatten(p[1], leaves)
 
 
 def _shaped(v, plan_k, where, name):
@@ -859,7 +980,8 @@ def _branches(pred, fns, init, names, where, what):
     # an array a branch updates in place (y[i] = v) is updated for every
     # name bound to it, as NumPy would
     in_place = [any(k in written for _, written in traced) for k in range(len(names))]
-    out_at = [k for k, p in enumerate(plan) if p[0] == "array"]
+    out_at = [k for k, p in enumerate(plan) if p[0] == "tree"]
+    counts = [sum(lp[0] == "array" for lp in plan[k][2]) for k in out_at]
     operands = tuple(init[k] for k in range(len(names)) if _arraylike(init[k]))
     op_at = [k for k in range(len(names)) if _arraylike(init[k])]
 
@@ -869,20 +991,20 @@ def _branches(pred, fns, init, names, where, what):
             for k, v in zip(op_at, ops):
                 full[k] = v
             res = fn(*full)
-            return tuple(_shaped(res[k], plan[k], where, names[k]) for k in out_at)
+            return tuple(x for k in out_at for x in _path_leaves(res[k], plan[k], where,
+                                                                 names[k]))
         return run
-    if not out_at:      # nothing the paths compute is kept
-        out = ()
-    else:
-        out = _cond_node(pred, fns, branch, operands, where)
+    out = _cond_node(pred, fns, branch, operands, where) if sum(counts) else ()
     result = list(init)
     for k, p in enumerate(plan):
         if p[0] == "undefined":
             result[k] = Undefined(names[k], where, p[1])
-    for j, k in enumerate(out_at):
-        v = out[j]
-        if in_place[k] and _is_tracer(init[k]):
-            v = init[k]._assign(out[j], f"the update of '{names[k]}' in the {what} at {where}",
+    pos = 0
+    for k, n in zip(out_at, counts):
+        v = _rebuilt(plan[k], out[pos:pos + n])
+        pos += n
+        if in_place[k] and _is_tracer(init[k]) and _is_tracer(v):
+            v = init[k]._assign(v, f"the update of '{names[k]}' in the {what} at {where}",
                                 f"'{names[k]} = ...'")
         result[k] = v
     return tuple(result)
@@ -1038,85 +1160,143 @@ def while_stmt(test_fn, body_fn, names, line, reason):
     return _while_node(c, test_fn, body_fn, vals, names, where)
 
 
+class _Slots:
+    """The values of a statement's names as leaves: a name bound to a tuple,
+    list or dict of values has one slot per leaf."""
+
+    def __init__(self, vals, names):
+        self.names = names
+        self.trees, self.flat, self.owner = [], [], []
+        for k, v in enumerate(vals):
+            leaves, tree = _flatten(v)
+            self.trees.append(tree)
+            self.flat.extend(leaves)
+            self.owner.extend([k] * len(leaves))
+
+    def values(self, flat):
+        out, pos = [], 0
+        for k, tree in enumerate(self.trees):
+            n = self.owner.count(k)
+            out.append(_unflatten(tree, flat[pos:pos + n]))
+            pos += n
+        return out
+
+    def leaves(self, vals, where):
+        """The leaves of the names' values after an iteration (same structures)."""
+        out = []
+        for k, (tree, v) in enumerate(zip(self.trees, vals)):
+            leaves, t = _flatten(v)
+            if t != tree:
+                raise NotConverted(where, f"'{self.names[k]}' changes its structure in the "
+                                          f"while loop (a tuple, list or dict of other length "
+                                          f"or keys)")
+            out.extend(leaves)
+        return out
+
+    def adopt(self, k, tree, n):
+        """Name k, unbound at entry, is a container after an iteration."""
+        at = self.owner.index(k)
+        self.trees[k] = tree
+        self.flat[at:at + 1] = [UNBOUND] * n
+        self.owner[at:at + 1] = [k] * n
+
+
 def _while_node(c, test_fn, body_fn, vals, names, where):
     trace, face = c._trace, getattr(c, "_face", "numpy")
-    vals = list(vals)
+    slots = _Slots(vals, names)
     born = set()       # bound only inside the body: carried, undefined after the loop
-    promoted = set()   # Python numbers (or unbound names) the loop carries as arrays
-    for _ in range(4):   # the carry grows until one iteration keeps it
-        res, written = _trace_fn(body_fn, vals, where)
+    promoted = set()   # slots of Python numbers (or unbound names) carried as arrays
+
+    def body_flat(*flat):
+        return tuple(slots.leaves(body_fn(*slots.values(list(flat))), where))
+
+    written = set()
+    for _ in range(6):   # the carry grows until one iteration keeps it
+        res_vals, _ = _trace_fn(body_fn, slots.values(slots.flat), where)
+        grown = False
+        for k, r in enumerate(res_vals):
+            if slots.trees[k] is None and _absent(slots.flat[slots.owner.index(k)]) \
+                    and _container(r):
+                leaves, tree = _flatten(r)
+                slots.adopt(k, tree, len(leaves))
+                grown = True
+        if grown:
+            continue
+        res, written = _trace_fn(body_flat, slots.flat, where)
         changed = False
-        for k, name in enumerate(names):
-            v, r = vals[k], res[k]
-            if _arraylike(v):
+        for j, (v, r) in enumerate(zip(slots.flat, res)):
+            name = names[slots.owner[j]]
+            if _arraylike(v) or r is v or (_absent(r) and _absent(v)):
                 continue
-            if r is v or (r is UNBOUND and v is UNBOUND):
-                continue
-            if v is UNBOUND and _arraylike(r):
+            if _absent(v) and _arraylike(r):
                 shape, dtype = _aval(r)
-                vals[k] = trace.follow(np.zeros(shape, dtype), face)
-                born.add(k)
-            elif _number(r) and (v is UNBOUND or _number(v)):
-                a = np.asarray(r) if v is UNBOUND else np.asarray(v)
+                slots.flat[j] = trace.follow(np.zeros(shape, dtype), face)
+                born.add(slots.owner[j])
+            elif _number(r) and (_absent(v) or _number(v)):
+                a = np.asarray(r) if _absent(v) else np.asarray(v)
                 dtype = np.result_type(a.dtype, np.asarray(r).dtype)
-                vals[k] = trace.follow(np.asarray(v if v is not UNBOUND else r, dtype), face)
-                if v is UNBOUND:
-                    born.add(k)
+                slots.flat[j] = trace.follow(np.asarray(r if _absent(v) else v, dtype), face)
+                if _absent(v):
+                    born.add(slots.owner[j])
             elif _number(v) and _arraylike(r):
-                vals[k] = trace.follow(_as_array(v, _aval(r)[1], where, name), face)
+                slots.flat[j] = trace.follow(_as_array(v, _aval(r)[1], where, name), face)
             else:
                 raise NotConverted(where, f"'{name}' is a {type(v).__name__} that the body of "
                                           f"the while loop changes (to a {type(r).__name__}); "
                                           f"only arrays and numbers can be carried by a loop "
                                           f"whose condition depends on a traced value")
-            promoted.add(k)
+            promoted.add(j)
             changed = True
         if not changed:
             break
-    carried = [k for k, v in enumerate(vals) if _arraylike(v)]
-    fixed = {k: v for k, v in enumerate(vals) if k not in set(carried)}
-    in_place = [k in written for k in range(len(names))]
+    flat = slots.flat
+    carried = [j for j, v in enumerate(flat) if _arraylike(v)]
+    fixed = {j: v for j, v in enumerate(flat) if j not in set(carried)}
 
     def full(carry):
-        f = list(vals)
-        for k, v in zip(carried, carry):
-            f[k] = v
+        f = list(flat)
+        for j, v in zip(carried, carry):
+            f[j] = v
         return f
 
     def cond_fun(carry):
-        r = test_fn(*full(carry))
+        r = test_fn(*slots.values(full(carry)))
         return _truth(r, where) if _is_tracer(r) else np.bool_(bool(r))
 
     def body_fun(carry):
-        res = body_fn(*full(carry))
-        for k, v in fixed.items():
-            if res[k] is not v:
-                raise NotConverted(where, f"'{names[k]}' changes in the while loop and is "
-                                          f"not an array or a number")
+        res = body_flat(*full(carry))
+        for j, v in fixed.items():
+            if res[j] is not v:
+                raise NotConverted(where, f"'{names[slots.owner[j]]}' changes in the while "
+                                          f"loop and is not an array or a number")
         out = []
-        for k, v in zip(carried, carry):
-            r = res[k]
-            if r is UNBOUND:
-                raise NotConverted(where, f"'{names[k]}' is unbound after an iteration")
+        for j, v in zip(carried, carry):
+            r = res[j]
+            if _absent(r):
+                raise NotConverted(where, f"'{names[slots.owner[j]]}' is unbound after an "
+                                          f"iteration")
             if not _is_tracer(r):
-                r = _as_array(r, np.dtype(v.dtype), where, names[k]) if _number(r) and \
-                    not isinstance(r, np.ndarray) else np.asarray(r)
+                r = _as_array(r, np.dtype(v.dtype), where, names[slots.owner[j]]) \
+                    if _number(r) and not isinstance(r, np.ndarray) else np.asarray(r)
             out.append(r)
         return tuple(out)
     try:
         with _no_view_marks(trace):
-            out = control.while_loop(cond_fun, body_fun, tuple(vals[k] for k in carried))
+            out = control.while_loop(cond_fun, body_fun, tuple(flat[j] for j in carried))
     except NotConverted:
         raise
     except TypeError as e:
         raise NotConverted(where, f"the while loop cannot be one node ({e})") from e
-    result = list(vals)
-    for k, v in zip(carried, out):
-        if in_place[k] and _is_tracer(vals[k]) and k not in promoted:
-            v = vals[k]._assign(v, f"the update of '{names[k]}' in the while loop at {where}",
-                                f"'{names[k]} = ...'")
-        result[k] = v
+    result = list(flat)
+    for j, v in zip(carried, out):
+        if j in written and _is_tracer(flat[j]) and j not in promoted:
+            v = flat[j]._assign(v, f"the update of '{names[slots.owner[j]]}' in the while "
+                                   f"loop at {where}", f"'{names[slots.owner[j]]} = ...'")
+        result[j] = v
+    values = slots.values(result)
     for k in born:
-        result[k] = Undefined(names[k], where, f"bound only inside the while loop at {where}, "
-                                               f"whose trip count depends on a traced value")
-    return tuple(result)
+        if not names[k].startswith(_VAR):   # the rewrite's own names are read only where set
+            values[k] = Undefined(names[k], where, f"bound only inside the while loop at "
+                                                   f"{where}, whose trip count depends on a "
+                                                   f"traced value")
+    return tuple(values)

@@ -333,7 +333,8 @@ def _rewrite_code(code, control=False, loops=True):
         fdef.args.kwonlyargs.append(ast.arg(arg=branch_rewrite._CF))
         fdef.args.kw_defaults.append(None)
         return _compiled_again(tree, code)
-    returns = control and branch_rewrite.returns_to_result(fdef)
+    returns = control and (branch_rewrite.loop_returns_to_flags(fdef)
+                           | branch_rewrite.returns_to_result(fdef))
     body = []
     for s in fdef.body:
         r = rw.visit(s)
