@@ -818,9 +818,10 @@ def check_program(prog, *, fd=True, known=True):
         out.grads[mode] = np.asarray(g)
         out.checked.append(mode)
 
-    # compiled: tg.compile (twice) and tg.value_and_grad
+    # compiled: tg.compile (twice) and tg.value_and_grad, without the eager
+    # fallback (the compiled path itself is what is checked here)
     xs = x.copy()
-    cf = tg.compile(f)
+    cf = tg.compile(f, fallback=False)
     r = attempt("compiled", lambda: cf(xs))
     if r is not None:
         for k in range(2):
@@ -828,7 +829,7 @@ def check_program(prog, *, fd=True, known=True):
                 r = attempt("compiled", lambda: cf(xs))
             if not _close(r, want, **vtol):
                 raise Failure("compiled-value", prog, f"call {k + 1}: numpy {want!r}, compiled {r!r}")
-        res = attempt("compiled", lambda: tg.value_and_grad(f)(xs))
+        res = attempt("compiled", lambda: tg.value_and_grad(f, fallback=False)(xs))
         if res is None:
             raise Failure("compiled-crash", prog, "tg.compile ran, tg.value_and_grad refused")
         compare("compiled", *res)

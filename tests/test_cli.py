@@ -41,6 +41,7 @@ def rollout(x, n_steps, dt):
 
 def branchy(x):
     if x.sum() > 0:
+        print("positive")
         return x
     return -x
 
@@ -347,7 +348,8 @@ ARGS = ["--arg", "a=float64[4]", "--arg", "b=float64[4]"]
     (["compile", "model.py:rollout", "--arg", "x=float64[3]", "--static", "n_steps=2",
       "--static", "dt=0.1", "--grad"], ["--grad needs rollout to return one array"]),
     (["compile", "model.py:branchy", "--arg", "x=float64[3]"],
-     ["cannot trace branchy", "model.py, line 25", "if x.sum() > 0:", "np.where", "--static"]),
+     ["cannot trace branchy", "model.py, line 25", "if x.sum() > 0:", "calls print", "np.where",
+      "--static"]),
     (["compile", "model.py:needs_int", "--arg", "x=float64[3]", "--grad"],
      ["cannot trace needs_int", "int() requested"]),
     (["show", "model.py:two", *ARGS, "--vjp", "--wrt", "q"], ["no array argument 'q'"]),

@@ -4,7 +4,7 @@
 A function is first traced as written.  When a Python ``if``, ``while``,
 ``and``/``or``/``not``, conditional expression, chained comparison or
 builtin ``min``/``max`` asks for the truth of a traced value (a
-``ValueDependent`` TraceError), the function is traced again with its
+``ValueDependentTraceError`` TraceError), the function is traced again with its
 source rewritten (``tracegrad.frontend.loop_rewrite`` does the rewriting,
 with the transforms of this module): each statement becomes nested
 functions and one call into this module, which decides at trace time:
@@ -66,8 +66,9 @@ class NotConverted(BaseException):
     TraceError naming ``where`` (file:line) and ``reason``."""
 
     def __init__(self, where, reason):
-        super().__init__(f"{where}: {reason}")
-        self.where = where
+        super().__init__(f"{where[0]}:{where[1]}: {reason}")
+        self.file, self.line = where      # where: (file name, line)
+        self.where = f"{os.path.basename(where[0])}:{where[1]}"
         self.reason = reason
 
 
@@ -766,7 +767,11 @@ def _unknown(x):
 
 
 def _where(frame, line):
-    return f"{os.path.basename(frame.f_code.co_filename)}:{line}"
+    return frame.f_code.co_filename, line
+
+
+def _at(where):
+    return f"{os.path.basename(where[0])}:{where[1]}"
 
 
 def _truth(x, where):
@@ -774,7 +779,7 @@ def _truth(x, where):
     if x.shape != ():
         if int(np.prod(x.shape)) != 1:
             raise ValueError(f"The truth value of an array with more than one element is "
-                             f"ambiguous. Use a.any() or a.all() (at {where})")
+                             f"ambiguous. Use a.any() or a.all() (at {_at(where)})")
         x = _ops.reshape(x, ())
     if np.dtype(x.dtype) == np.bool_:
         return x
@@ -914,7 +919,7 @@ def _plan(results, init, names, where, what):
                 plan.append(("same",))
                 continue
             if not name.startswith(_VAR):
-                plan.append(("undefined", f"bound on one path only of the {what} at {where}, "
+                plan.append(("undefined", f"bound on one path only of the {what} at {_at(where)}, "
                                           f"whose condition depends on a traced value"))
                 continue
             fill = True
@@ -1004,7 +1009,7 @@ def _branches(pred, fns, init, names, where, what):
         v = _rebuilt(plan[k], out[pos:pos + n])
         pos += n
         if in_place[k] and _is_tracer(init[k]) and _is_tracer(v):
-            v = init[k]._assign(v, f"the update of '{names[k]}' in the {what} at {where}",
+            v = init[k]._assign(v, f"the update of '{names[k]}' in the {what} at {_at(where)}",
                                 f"'{names[k]} = ...'")
         result[k] = v
     return tuple(result)
@@ -1291,12 +1296,12 @@ def _while_node(c, test_fn, body_fn, vals, names, where):
     for j, v in zip(carried, out):
         if j in written and _is_tracer(flat[j]) and j not in promoted:
             v = flat[j]._assign(v, f"the update of '{names[slots.owner[j]]}' in the while "
-                                   f"loop at {where}", f"'{names[slots.owner[j]]} = ...'")
+                                   f"loop at {_at(where)}", f"'{names[slots.owner[j]]} = ...'")
         result[j] = v
     values = slots.values(result)
     for k in born:
         if not names[k].startswith(_VAR):   # the rewrite's own names are read only where set
             values[k] = Undefined(names[k], where, f"bound only inside the while loop at "
-                                                   f"{where}, whose trip count depends on a "
+                                                   f"{_at(where)}, whose trip count depends on a "
                                                    f"traced value")
     return tuple(values)
