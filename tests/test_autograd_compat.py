@@ -179,14 +179,29 @@ def halve_until_small(x):
     return np.sum(x ** 3)
 
 
+def halve_and_keep(x):
+    kept = []
+    while np.sum(x ** 2) > 0.1:                # value-dependent, with a list of steps
+        x = x / 2.0
+        kept.append(x)
+    return np.sum(x ** 3) + 0.0 * len(kept)
+
+
 def test_auto_mode_falls_back_to_eager_and_stays_right():
+    # a while loop on values compiles into a while node (issue 25)
     g = grad(halve_until_small)
     # ||X||^2 = 1.79: three halvings reach 0.028, so f = sum(x^3) / 512
     close(g(X), 3 * X ** 2 / 512)
+    assert g.went_eager is None
+    close(g(X / 4), 3 * (X / 4) ** 2 / 8)      # one halving, the same compiled code
+    close(grad(halve_until_small, mode="compiled")(X), 3 * X ** 2 / 512)
+    # one that appends to a list cannot be a graph node: auto goes eager
+    g = grad(halve_and_keep)
+    close(g(X), 3 * X ** 2 / 512)
     assert isinstance(g.went_eager, tg.TraceError)
-    close(g(X / 4), 3 * (X / 4) ** 2 / 8)      # one halving
-    with pytest.raises(tg.TraceError):
-        grad(halve_until_small, mode="compiled")(X)
+    close(g(X / 4), 3 * (X / 4) ** 2 / 8)
+    with pytest.raises(tg.TraceError, match="kept.append"):
+        grad(halve_and_keep, mode="compiled")(X)
     ok = grad(sumsin2)
     ok(X)
     assert ok.went_eager is None               # traced: compiled

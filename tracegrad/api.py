@@ -30,7 +30,7 @@ from tracegrad.runtime.graph_call import leaf_array, display_paths, describe_pat
 from tracegrad.ops import primitives
 from tracegrad.ops.primitives import Aval
 from tracegrad.ops.runtime_numpy import SHORTER_SLICE
-from tracegrad.frontend.trace import (Tracer, ValueDependent, foreign_writes_explained,
+from tracegrad.frontend.trace import (Tracer, ValueDependentTraceError, foreign_writes_explained,
                                       trace_function, tree_flatten, tree_unflatten, leaf_paths)
 
 log = logging.getLogger("tracegrad")
@@ -154,7 +154,7 @@ class Lowered:
 class _Entry:
     """One compiled signature: the loaded module and how to call it."""
     __slots__ = ("ns", "fns", "out_tree", "n_out", "out_avals", "wrt", "in_avals", "extra",
-                 "raw", "captured", "captured_desc")
+                 "raw", "captured", "captured_desc", "captured_src")
 
     def __init__(self, ns, out_tree, n_out, out_avals, wrt, in_avals):
         self.ns = ns
@@ -170,12 +170,14 @@ class _Entry:
         self.raw = None
         self.captured = ()
         self.captured_desc = ()
+        self.captured_src = ()   # the captured objects themselves (Tensors, not their arrays)
 
     def set_function(self, fn, trace):
         """The generated function, called with the captured state appended."""
         self.raw = fn
         self.captured = tuple(trace.implicit)
         self.captured_desc = tuple(trace.implicit_desc)
+        self.captured_src = tuple(trace.implicit_src)
         self.fns = _with_captured(fn, self.captured)
 
 
@@ -243,6 +245,8 @@ class Compiled:
         # the name and docstring only: merging fn.__dict__ would copy a
         # transformed fn's own state (kind, fn) over this one's
         functools.update_wrapper(self, fn, updated=())
+        if "__name__" not in self.__dict__:   # a callable object (tg.compile(module))
+            self.__name__ = self.__qualname__ = type(fn).__name__
         _ALL.add(self)
 
     def __repr__(self):
@@ -390,7 +394,7 @@ class Compiled:
             try:
                 entry = self._build(self.kind, arrays, ranges, kw_tree, statics, names,
                                     len(args), faces=faces)
-            except ValueDependent as e:
+            except ValueDependentTraceError as e:
                 if not self.fallback:
                     raise
                 entry = self._fast[sig] = _EagerFallback(self.__name__, arrays, e)
@@ -405,6 +409,10 @@ class Compiled:
             cache.count("memory_hits")
         if type(entry) is _EagerFallback:
             return self._call_eager(args, kwargs)
+        if tensors and self.kind == "forward" and _captured_require_grad(entry):
+            # captured Tensors that require grad (an nn.Module's parameters):
+            # the call records one tape node, so backward reaches them too
+            return self._call_on_tape(args, leaves, arrays, ranges, kw_tree, statics, names, sig)
         try:
             out = self._run(entry, arrays, ranges)
         except IndexError as e:
@@ -791,14 +799,36 @@ class Compiled:
         key = ("tape",) + sig
         entry = self._fast.get(key)
         if entry is None:
-            trace, out_tree, avals, backend = self._trace(arrays, ranges, kw_tree, statics,
-                                                          names, len(args), _leaf_faces(leaves))
-            entry = (graph_call.GraphFunction.from_trace(trace, names, self.__name__), out_tree,
-                     tuple(trace.implicit))
-            self._fast[key] = entry
+            try:
+                trace, out_tree, avals, backend = self._trace(arrays, ranges, kw_tree, statics,
+                                                              names, len(args),
+                                                              _leaf_faces(leaves))
+            except ValueDependentTraceError as e:
+                if not self.fallback:
+                    raise
+                entry = self._fast[key] = _EagerFallback(self.__name__, arrays, e)
+            else:
+                # the captured objects themselves: a captured Tensor that
+                # requires grad gets its gradient from the tape node
+                entry = (graph_call.GraphFunction.from_trace(trace, names, self.__name__,
+                                                             captured_tensors_wrt=True),
+                         out_tree, tuple(trace.implicit_src))
+                self._fast[key] = entry
+        if type(entry) is _EagerFallback:
+            # the function as written, on the tape (its ops record the backward)
+            a, kw = _rebuild_args(list(leaves), ranges, kw_tree, statics, len(args))
+            return self.fn(*a, **kw)
         gf, out_tree, cap = entry
         outs = gf.call_tensors(list(leaves) + list(cap))
         return tree_unflatten(out_tree, list(outs))
+
+
+def _captured_require_grad(entry):
+    """Does a compiled forward read a captured Tensor that requires grad
+    (with grad mode on)?"""
+    from tracegrad.eager.grad_mode import state
+    return state.grad_enabled and any(getattr(o, "requires_grad", False)
+                                      for o in getattr(entry, "captured_src", ()))
 
 
 _FN_NAME = {"forward": "forward", "grad": "value_and_grad", "value_and_grad": "value_and_grad",
@@ -1192,8 +1222,8 @@ class _EagerFallback:
             x, "shape") else x for x in arrays))
         self.where, self.reason = error.where, error.reason
         msg = (f"tracegrad: {name}({sig}) runs eagerly (as with compile=False) for these "
-               f"argument types, because at {error.where} {error.reason} (a traced value's "
-               f"value is needed while tracing). Pass fallback=False for the error instead")
+               f"argument types: at {error.where}, {error.reason}. Pass fallback=False for "
+               f"the error instead")
         log.warning(msg)
         if os.environ.get("TRACEGRAD_EXPLAIN") and log.hasHandlers():
             print(msg, file=sys.stderr)

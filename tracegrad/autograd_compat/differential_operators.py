@@ -327,7 +327,8 @@ def grad(fun, argnum=0, *, mode=None):
     respect to argument ``argnum`` (a tuple gives a tuple of gradients)."""
     fun = _named(fun)
     def build(pos, names):
-        return _api.grad(fun, argnums=argnum, static_argnums=pos, static_argnames=names)
+        return _api.grad(fun, argnums=argnum, static_argnums=pos, static_argnames=names,
+                         fallback=False)
 
     def eager(args, kwargs):
         v = _EagerVJP(fun, args, kwargs, *_norm_argnum(argnum))
@@ -340,7 +341,7 @@ def value_and_grad(fun, argnum=0, *, mode=None):
     fun = _named(fun)
     def build(pos, names):
         return _api.value_and_grad(fun, argnums=argnum, static_argnums=pos,
-                                   static_argnames=names)
+                                   static_argnames=names, fallback=False)
 
     def eager(args, kwargs):
         v = _EagerVJP(fun, args, kwargs, *_norm_argnum(argnum))
@@ -353,7 +354,7 @@ def grad_and_aux(fun, argnum=0, *, mode=None):
     fun = _named(fun)
     def build(pos, names):
         g = _api.grad(fun, argnums=argnum, has_aux=True, static_argnums=pos,
-                      static_argnames=names)
+                      static_argnames=names, fallback=False)
         return g
 
     def eager(args, kwargs):
@@ -382,7 +383,8 @@ def elementwise_grad(fun, argnum=0, *, mode=None):
     summed.__qualname__ = getattr(fun, "__qualname__", "f") + ".<elementwise>"
 
     def build(pos, names):
-        return _api.grad(summed, argnums=argnum, static_argnums=pos, static_argnames=names)
+        return _api.grad(summed, argnums=argnum, static_argnums=pos, static_argnames=names,
+                         fallback=False)
 
     def eager(args, kwargs):
         v = _EagerVJP(fun, args, kwargs, *_norm_argnum(argnum))
@@ -397,7 +399,8 @@ def jacobian(fun, argnum=0, *, mode=None):
     one block per argument)."""
     fun = _named(fun)
     def build(pos, names):
-        return _api.jacobian(fun, argnums=argnum, static_argnums=pos, static_argnames=names)
+        return _api.jacobian(fun, argnums=argnum, static_argnums=pos, static_argnames=names,
+                             fallback=False)
 
     def eager(args, kwargs):
         argnums, single = _norm_argnum(argnum)
@@ -479,7 +482,8 @@ def make_vjp(fun, argnum=0, *, mode=None):
         # the vjp is the gradient of <fun(x), g>: a compiled gradient, which
         # nests inside other transforms and on the tape like any other
         fwd = _api.compile(fun, static_argnums=pos, static_argnames=names)
-        vg = _api.grad(dot_out, argnums=argnum, static_argnums=pos, static_argnames=names)
+        vg = _api.grad(dot_out, argnums=argnum, static_argnums=pos, static_argnames=names,
+                       fallback=False)
 
         def run(*args, **kwargs):
             ans = fwd(*args, **kwargs)
@@ -607,7 +611,7 @@ def _transposed_jvp(fun, argnums, pos, names):
         n = len(args)
         if n not in by_arity:
             by_arity[n] = _api.grad(vjp_dot_v, argnums=n, static_argnums=pos,
-                                    static_argnames=names)
+                                    static_argnames=names, fallback=False)
         return ans, by_arity[n](*args, u, tuple(vs), **kwargs)
     return run
 

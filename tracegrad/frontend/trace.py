@@ -18,6 +18,7 @@ import operator
 import os
 import re
 import sys
+import threading
 import weakref
 
 import numpy as np
@@ -26,6 +27,7 @@ from tracegrad.frontend import branch_rewrite, captured as _captured, created, l
 from tracegrad.ops import primitives
 from tracegrad.ops._define import ArrayMethods
 from tracegrad.ops.primitives import Aval
+from tracegrad.eager.grad_mode import enable_grad as _enable_grad, state as _grad_state
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # tracegrad/
 
@@ -35,7 +37,7 @@ class TraceError(TypeError):
     control flow, conversion to a Python number or NumPy array)."""
 
 
-class ValueDependent(TraceError):
+class ValueDependentTraceError(TraceError):
     """The function needs a traced value's value while it is traced (Python
     control flow that cannot become graph control flow, a conversion to a
     Python number): ``where`` is file:line, ``reason`` what was asked.  A
@@ -247,21 +249,23 @@ class Tracer(ArrayMethods):
         if deps:
             origin = (" It depends on the argument" + ("s " if len(deps) > 1 else " ")
                       + ", ".join(f"'{d}'" for d in deps) + ".")
-        kind = TraceError if what == _FOREIGN_WRITE else ValueDependent
+        kind = TraceError if what == _FOREIGN_WRITE else ValueDependentTraceError
         raise kind(
             f"{what} of a traced value at {where}"
             + (f":\n    {src}\n" if src else ". ")
             + f"While tracegrad traces a function, arrays are symbolic "
             f"({self.dtype}{list(self.shape)}): their values are not known, only shapes and "
-            f"dtypes.{origin} Python control flow may depend on shapes and static values, "
-            f"not on array values. Remedies: mark the argument static with "
+            f"dtypes.{origin} An if/while/and/or/min/max on a value compiles into graph "
+            f"control flow where tracegrad can read and rewrite the function's source (not "
+            f"here); a conversion to a Python number or NumPy array never compiles. "
+            f"Remedies: mark the argument static with "
             f"static_argnums=/static_argnames= (it is then part of the cache key), "
             f"express the choice as data with np.where(cond, a, b) / np.maximum / np.clip, "
             f"or differentiate without compiling: tg.grad(f, compile=False) runs f eagerly "
             f"on values that record the tape, so its control flow may depend on values.",
             **({} if kind is TraceError else dict(
                 where=f"{os.path.basename(loc[0])}:{loc[1]}" if loc else None,
-                reason=what.split(" (")[0])))
+                reason=what.split(" (")[0] + " of a traced value")))
 
     def _known(self, what):
         """The value of a constant array for a conversion ``what``; an error
@@ -1003,14 +1007,41 @@ def _shape_by_eval(prim):
     return shape_by_eval(prim.impl)
 
 
+class _Containing(threading.local):
+    """The branch bodies being traced now, innermost last."""
+    def __init__(self):
+        self.stack = []
+
+
+_CONTAINING = _Containing()
+
+
 def _trace_bind(prim, args, attrs):
-    # the innermost (newest) trace among the operands records the op
+    # the innermost (newest) trace among the operands records the op, or the
+    # branch body being traced if that is newer (a branch's ops stay in it)
     best = None
     for a in args:
         t = getattr(a, "_trace", None)
         if t is not None and (best is None or t.level > best.level):
             best = t
-    return best.bind(prim, args, attrs)
+    stack = _CONTAINING.stack
+    if stack and stack[-1].level > best.level:
+        best = stack[-1]
+    out = best.bind(prim, args, attrs)
+    if not _grad_state.grad_enabled and getattr(best, "user_code", False) and \
+            not prim.nondiff and prim.name != "stop_gradient":
+        out = _no_grad_outputs(out)     # the function's own `with torch.no_grad():`
+    return out
+
+
+def _no_grad_outputs(out):
+    """What an op computes inside the traced function's ``no_grad`` block:
+    its value, through which no gradient flows (eager mode records nothing)."""
+    if isinstance(out, tuple):
+        return tuple(_no_grad_outputs(o) for o in out)
+    if type(out) is Tracer and out.dtype.kind in "fc":
+        return primitives.bind(primitives.REGISTRY["stop_gradient"], out)
+    return out
 
 
 primitives._trace_bind = _trace_bind
@@ -1126,7 +1157,7 @@ def trace_function(fn, leaves_avals, rebuild_args, names, backend="numpy", faces
     if not capture:
         try:
             return _trace_rewritten(fn, leaves_avals, rebuild_args, names, backend, faces, None)
-        except ValueDependent:
+        except ValueDependentTraceError:
             if not loop_rewrite.enabled():
                 raise
         return _trace_rewritten(fn, leaves_avals, rebuild_args, names, backend, faces, None,
@@ -1146,7 +1177,7 @@ def trace_function(fn, leaves_avals, rebuild_args, names, backend="numpy", faces
             # control flow on any other value: trace again with the control
             # flow converted into cond and while nodes (branch_rewrite)
             blamed_capture = any(c not in scope.frozen for c in scope.culprits)
-            if isinstance(e, ValueDependent) and not control and not blamed_capture \
+            if isinstance(e, ValueDependentTraceError) and not control and not blamed_capture \
                     and loop_rewrite.enabled():
                 control = True
                 continue
@@ -1177,11 +1208,14 @@ def _trace_rewritten(fn, leaves_avals, rebuild_args, names, backend, faces, scop
                                loop_rewrite.CalledFunctions(control, loops=False), scope)
         return _trace_once(fn, fn, leaves_avals, rebuild_args, names, backend, faces, None, scope)
     except branch_rewrite.NotConverted as e:
-        raise ValueDependent(
-            f"control flow on a traced value at {e.where} cannot be compiled: {e.reason}. "
-            f"Remedies: write the choice as data (np.where, np.maximum, np.clip) or with "
-            f"tg.cond / tg.while_loop, mark the argument static (static_argnums=), or run the "
-            f"function eagerly (compile=False)", where=e.where, reason=e.reason) from None
+        src = _source_line((e.file, e.line))
+        raise ValueDependentTraceError(
+            f"control flow on a traced value at {e.file}, line {e.line}"
+            + (f":\n    {src}\n" if src else " ")
+            + f"cannot be compiled: {e.reason}. Remedies: write the choice as data (np.where, "
+            f"np.maximum, np.clip) or with tg.cond / tg.while_loop, mark the argument static "
+            f"(static_argnums=/static_argnames=), or run the function eagerly (compile=False)",
+            where=e.where, reason=e.reason) from None
 
 
 def _trace_once(fn, run, leaves_avals, rebuild_args, names, backend, faces, functions=None,
@@ -1209,7 +1243,11 @@ def _trace_once(fn, run, leaves_avals, rebuild_args, names, backend, faces, func
             tracing_random_draws(trace, fn, args, kwargs) as (args, kwargs):
         # NumPy arrays fn names (globals, closures) accept traced indices
         from tracegrad.ops.indexing import indexable_constants
-        with foreign_writes_explained():
+        # the trace does not depend on the caller's grad mode (torch.func's
+        # transforms ignore an outer no_grad); the function's own no_grad
+        # blocks stop the gradient of what they compute (_trace_bind)
+        trace.user_code = True
+        with foreign_writes_explained(), _enable_grad():
             out = indexable_constants(run, functions, lift, created.substitute)(*args, **kwargs)
         out_leaves, out_tree = tree_flatten(out)
         for o in out_leaves:
@@ -1230,18 +1268,28 @@ def _trace_once(fn, run, leaves_avals, rebuild_args, names, backend, faces, func
 
 # --- bodies of loops and branches -------------------------------------------------------
 
-def trace_body(fn, avals, faces=None):
+def trace_body(fn, avals, faces=None, contain=False):
     """Trace ``fn(*tracers) -> tuple of values`` into a ``Body``.
 
     Values of enclosing traces that ``fn`` reads become extra inputs after
-    the declared ones.  Returns (body, captured outer values, None)."""
+    the declared ones.  ``contain`` (a branch): every op ``fn`` runs is
+    recorded in the body, also one whose operands are all values of an
+    enclosing trace (else it would be recorded there, out of the branch).
+    Returns (body, captured outer values, None)."""
     from tracegrad.ops.control import Body
     T = Trace(is_body=True)
     faces = faces or ["numpy"] * len(avals)
     xs = [T.new_input(Aval(tuple(a.shape), np.dtype(a.dtype)), f"in_{i}", f)
           for i, (a, f) in enumerate(zip(avals, faces))]
-    with created.following(T.follow):
-        outs = fn(*xs)
+    stack = _CONTAINING.stack
+    if contain:
+        stack.append(T)
+    try:
+        with created.following(T.follow):
+            outs = fn(*xs)
+    finally:
+        if contain:
+            stack.pop()
     if not isinstance(outs, tuple):
         outs = (outs,)
     for o in outs:

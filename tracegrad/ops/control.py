@@ -7,7 +7,7 @@ attribute of one node, so a loop of a million steps is one node and compile
 time does not depend on the trip count.  Eagerly (Tensors, NumPy arrays)
 the Python loop simply runs and the tape records each step.
 
-Three primitives, one row each:
+The primitives, one row each:
 
 * ``scan``: operands (*init, *xs, *consts); the body maps
   ([index,] *carry, *x_k, *consts) -> (*carry, *y_k); outputs
@@ -18,10 +18,19 @@ Three primitives, one row each:
   batch rule batches the body.  All derived bodies are ordinary Bodies, so
   derivatives of any order compose.
 * ``while``: operands (*init, *consts), a ``cond`` Body and a ``body``
-  Body.  Reverse mode records the trip count: its vjp runs the forward
-  while loop once to count the steps, and then uses ``scan``'s rule over
-  exactly that many steps (the count is a value of the forward run, read at
-  run time).
+  Body.  Reverse mode records the forward run: ``while_fwd`` runs the loop
+  keeping the carry each step starts from (a tape, whose length is the trip
+  count) and ``while_bwd`` walks it backwards through the body's vjp, as
+  ``scan``'s rule would over that many steps.  ``while_bwd`` also takes the
+  loop's init and constants and is differentiated as the function
+  J(init, consts)^T ct it computes, through the loop's tangent loop, so
+  derivatives of every order are those of the loop unrolled with the
+  forward run's trip count.  Its jvp is a while over (carry, tangent);
+  vmap runs the batch until every element's cond is false, advancing only
+  the elements whose cond holds.
+* ``fixed_point``: the answer x* of an iteration x = f(x, *consts) (run
+  as a while node on values cut from the gradient), passed through one
+  node whose rules are the implicit function theorem's (``tg.fixed_point``).
 * ``cond``: operands (index, *operands) and one Body per branch.  Its vjp
   and jvp are ``cond`` nodes over the branches' vjp/jvp Bodies.
 
@@ -38,6 +47,8 @@ from tracegrad.ops._define import _ops
 from tracegrad.ops.primitives import Aval, bind, is_float, register, aval_of
 
 __all__ = ["fori_loop", "scan", "while_loop", "cond", "switch", "checkpoint"]
+# (fixed_point is public as tg.fixed_point through tracegrad.implicit, which loads the
+# tracer and the adjoint pass its rules need)
 
 
 class _Hooks:
@@ -147,10 +158,14 @@ def eval_body(body, args):
     return [env[i] for i in body.outputs]
 
 
-def _trace(fn, avals, faces=None):
+def _trace(fn, avals, faces=None, contain=False):
+    """Trace ``fn`` into a Body.  ``contain``: record in it every op run while
+    it is traced, also one on values of the enclosing trace only (a branch
+    runs only when chosen: such an op hoisted out of it would run, and be
+    differentiated, on every call -- an index out of range, 0 * NaN)."""
     if hooks.trace_body is None:
         raise RuntimeError("tracegrad.frontend.trace is not loaded; import tracegrad first")
-    return hooks.trace_body(fn, list(avals), faces)
+    return hooks.trace_body(fn, list(avals), faces, contain)
 
 
 def _need(name):
@@ -536,29 +551,60 @@ def _while_shape(*avals, cond, body, n_carry, n_cc):
     return tuple(carry)
 
 
-def _while_vjp(g, out, *ops, cond, body, n_carry, n_cc):
-    """Reverse mode records the forward run: ``while_fwd`` runs the loop again
-    keeping the carry each step starts from (so the trip count is the tape's
-    length), and ``while_bwd`` walks that tape backwards through the body's
-    vjp, exactly as a scan of that many steps would."""
+def _while_floats(avals, n_carry, n_cc):
+    """The float carries and the float body constants (what has derivatives)."""
+    return (tuple(_float_positions(avals[:n_carry])),
+            tuple(_float_positions(avals[n_carry + n_cc:])))
+
+
+def _while_reverse(g, ops, cond, body, n_carry, n_cc):
+    """Reverse mode of the loop at ``ops`` with cotangent ``g`` (one per
+    carry; None is zero): ``while_fwd`` runs the loop keeping the carry each
+    step starts from (the trip count is the tape's length), and
+    ``while_bwd`` walks that tape backwards through the body's vjp, exactly
+    as a scan of that many steps would.  Returns (the final carries, one
+    cotangent per operand)."""
     carry, consts = _while_split(ops, n_carry)
-    bc = consts[n_cc:]
-    avals = [aval_of(o) for o in ops]
-    fc = tuple(_float_positions(avals[:n_carry]))
-    fk = tuple(_float_positions(avals[n_carry + n_cc:]))
-    g = [gi if gi is not None else _zeros(o) for gi, o in zip(g, out)]
+    cc, bc = consts[:n_cc], consts[n_cc:]
+    fc, fk = _while_floats([aval_of(o) for o in ops], n_carry, n_cc)
     rec = bind(while_fwd_p, *ops, cond=cond, body=body, n_carry=n_carry, n_cc=n_cc)
-    tape = rec[n_carry]
-    bwd = _scan_bwd_body(body, n_carry, 0, None, fc, (), fk, ())
+    outs, tape = list(rec[:n_carry]), rec[n_carry]
+    gf = [g[i] if g[i] is not None else _zeros(outs[i]) for i in fc]
     acc0 = [_zeros(bc[i]) for i in fk]
-    r = list(bind(while_bwd_p, tape, *[g[i] for i in fc], *acc0, *bc, bwd=bwd,
-                  n_ct=len(fc) + len(fk), n_carry=n_carry))
+    bwd = _while_bwd_body(cond, body, n_carry, n_cc, fc, fk)
+    r = list(bind(while_bwd_p, tape, *gf, *acc0, *bc, *carry, *cc, bwd=bwd,
+                  n_ct=len(fc) + len(fk), n_carry=n_carry, cond=cond, body=body, n_cc=n_cc))
     cts = [None] * len(ops)
     for j, i in enumerate(fc):
         cts[i] = r[j]
     for j, i in enumerate(fk):
         cts[n_carry + n_cc + i] = r[len(fc) + j]
-    return tuple(cts)
+    return outs, cts
+
+
+def _while_vjp(g, out, *ops, cond, body, n_carry, n_cc):
+    return tuple(_while_reverse(list(g), ops, cond, body, n_carry, n_cc)[1])
+
+
+def _while_bwd_body(cond, body, n_carry, n_cc, fc, fk):
+    """The step of ``while_bwd``: (ct[fc], acc[fk], carry_k, body consts,
+    init, cond consts) -> (ct_prev[fc], acc + ct_consts[fk]).  The loop's
+    init and cond consts are operands of ``while_bwd`` only for its own
+    derivatives (they define the loop the tape records); the step ignores
+    them."""
+    key = ("while_bwd", cond.key, n_carry, n_cc, fc, fk)
+    b = body.memo.get(key)
+    if b is not None:
+        return b
+    sb = _scan_bwd_body(body, n_carry, 0, None, fc, (), fk, ())
+    n_in = len(sb.inputs)
+
+    def f(*a):
+        return tuple(eval_body(sb, list(a[:n_in])))
+    b, _, _ = _trace(f, list(sb.in_avals) + list(body.in_avals[:n_carry])
+                     + list(cond.in_avals[n_carry:]))
+    body.memo[key] = b
+    return b
 
 
 def _while_fwd_impl(xp, *ops, cond, body, n_carry, n_cc):
@@ -576,24 +622,190 @@ def _while_fwd_impl(xp, *ops, cond, body, n_carry, n_cc):
 _TAPE = Aval((), np.dtype(object))
 
 
-def _second_order_while(*a, **k):
-    raise NotImplementedError(
-        "second derivatives through a traced while_loop are not supported (its reverse mode "
-        "walks a recorded tape of the forward run); write the loop with tg.fori_loop or "
-        "tg.scan for higher derivatives")
+# Derivatives of any order.  The tape is a cache of the forward run, not a
+# differentiable value: ``while_bwd`` also takes the loop's init and
+# constants, and is differentiated as the function it computes,
+#     G(init, consts, ct) = J(init, consts)^T ct
+# (J the Jacobian of the loop run for the recorded trip count).  With the
+# loop's tangent loop W' ((carry, t_carry) -> (body, jvp of body), the
+# while node's own jvp):
+#   * jvp of G along (dx, dθ, dct) = the vjp of W' at (init, dx; consts, dθ)
+#     with cotangent (dct on the carries, ct on their tangents), read at
+#     (init, consts): forward-over-reverse is reverse-over-forward;
+#   * vjp of G with cotangent w: ct gets J w (W' run from (init, w)), the
+#     accumulator w_θ, and (init, consts) the vjp of W' at (init, w) with
+#     cotangent (0, ct).
+# Both are while_fwd / while_bwd nodes of W', so every order recurses onto
+# the same two rules: the derivative equals that of the unrolled loop with
+# the forward run's trip count.
 
+def _jvp_loop(cond, body, n_carry, fc, fk):
+    """(cond, body) of the tangent loop W': carries (carry, t_carry[fc]),
+    body consts (consts, t_consts[fk]); cond consts unchanged."""
+    return (_while_jvp_cond(cond, n_carry, len(fc)),
+            _scan_jvp_body(body, n_carry, 0, None, fc, (), fk, ()))
+
+
+def _bwd_split(ops, n_ct, n_carry, n_cc):
+    """while_bwd's operands after the tape: ct+acc, body consts, init, cond consts."""
+    n_bc = len(ops) - n_ct - n_carry - n_cc
+    cts = list(ops[:n_ct])
+    bc = list(ops[n_ct:n_ct + n_bc])
+    init = list(ops[n_ct + n_bc:n_ct + n_bc + n_carry])
+    cc = list(ops[n_ct + n_bc + n_carry:])
+    return cts, bc, init, cc
+
+
+def _while_fwd_vjp(g, out, *ops, cond, body, n_carry, n_cc):
+    # the tape carries no cotangent: while_bwd's own rules account for it
+    return tuple(_while_reverse(list(g[:n_carry]), ops, cond, body, n_carry, n_cc)[1])
+
+
+def _while_fwd_jvp(tangents, out, *ops, cond, body, n_carry, n_cc):
+    # the tape has no tangent (while_bwd's tangent reruns W' for its own)
+    return _while_tangent(while_fwd_p, tangents, ops, cond, body, n_carry, n_cc) + (None,)
+
+
+def _while_bwd_jvp(tangents, out, tape, *ops, bwd, n_ct, n_carry, cond, body, n_cc):
+    cts, bc, init, cc = _bwd_split(ops, n_ct, n_carry, n_cc)
+    t_cts, t_bc, t_init, _ = _bwd_split(list(tangents[1:]), n_ct, n_carry, n_cc)
+    fc, fk = _while_floats([aval_of(o) for o in init + cc + bc], n_carry, n_cc)
+    nf = len(fc)
+    dx = [t_init[i] if t_init[i] is not None else _zeros(init[i]) for i in fc]
+    dk = [t_bc[i] if t_bc[i] is not None else _zeros(bc[i]) for i in fk]
+    jc, jb = _jvp_loop(cond, body, n_carry, fc, fk)
+    g2 = [None] * (n_carry + nf)
+    for j, i in enumerate(fc):
+        g2[i] = t_cts[j]
+        g2[n_carry + j] = cts[j]
+    _, r = _while_reverse(g2, init + dx + cc + bc + dk, jc, jb, n_carry + nf, n_cc)
+    add = _ops.add
+    res = [r[i] for i in fc]
+    for j, i in enumerate(fk):
+        d = r[n_carry + nf + n_cc + i]
+        t_acc = t_cts[nf + j]
+        res.append(d if t_acc is None else add(t_acc, d))
+    return tuple(res)
+
+
+def _while_bwd_vjp(g, out, tape, *ops, bwd, n_ct, n_carry, cond, body, n_cc):
+    cts, bc, init, cc = _bwd_split(ops, n_ct, n_carry, n_cc)
+    fc, fk = _while_floats([aval_of(o) for o in init + cc + bc], n_carry, n_cc)
+    nf, n_bc = len(fc), len(bc)
+    # each output has its ct / acc operand's shape
+    w = [gi if gi is not None else _zeros(o) for gi, o in zip(g, cts)]
+    jc, jb = _jvp_loop(cond, body, n_carry, fc, fk)
+    g2 = [None] * (n_carry + nf)
+    for j in range(nf):
+        g2[n_carry + j] = cts[j]
+    outs2, r = _while_reverse(g2, init + w[:nf] + cc + bc + w[nf:], jc, jb, n_carry + nf, n_cc)
+    res = [None] * (1 + len(ops))
+    for j in range(nf):
+        res[1 + j] = outs2[n_carry + j]             # ct: J w
+    for j in range(len(fk)):
+        res[1 + nf + j] = w[nf + j]                  # the accumulator passes w_θ
+    for i in fk:
+        res[1 + n_ct + i] = r[n_carry + nf + n_cc + i]
+    for i in fc:
+        res[1 + n_ct + n_bc + i] = r[i]
+    return tuple(res)
+
+
+# vmap of a loop (tg.vmap; the batched tangents of tg.jacfwd and tg.hessian):
+# one loop over the batch that runs while any element's cond holds and
+# advances only those elements (a select per step), so each element takes
+# its own trip count and the graph does not grow with the batch.  Every
+# carry and body constant gets the batch axis, so the three rows below batch
+# onto the same loop (the batched tape is that loop's tape) and their
+# derivatives are the per-element ones.
+
+def _batched_loop(cond, body, n_carry, n_cc, cflags, B):
+    """(cond, body) of the batched loop: carries and body consts batched,
+    cond consts batched where ``cflags``; the body reads the cond consts
+    (for the select) before its own: body consts (cc, bc)."""
+    key = ("batched_loop", cond.key, n_carry, n_cc, cflags, B)
+    r = body.memo.get(key)
+    if r is not None:
+        return r
+    where, reshape, any_ = _ops.where, _ops.reshape, _ops.any
+    n_bc = len(body.in_avals) - n_carry
+    cb = _batched_body(cond, (True,) * n_carry + tuple(cflags), B)
+    bb = _batched_body(body, (True,) * (n_carry + n_bc), B)
+    c_av = [Aval((B,) + tuple(a.shape), a.dtype) for a in body.in_avals[:n_carry]]
+    cc_av = [Aval(((B,) if f else ()) + tuple(a.shape), a.dtype)
+             for a, f in zip(cond.in_avals[n_carry:], cflags)]
+    bc_av = [Aval((B,) + tuple(a.shape), a.dtype) for a in body.in_avals[n_carry:]]
+
+    def c(*a):
+        return (any_(eval_body(cb, list(a))[0]),)
+
+    def b(*a):
+        a = list(a)
+        carry, cc, bc = a[:n_carry], a[n_carry:n_carry + n_cc], a[n_carry + n_cc:]
+        act = eval_body(cb, carry + cc)[0]
+        new = eval_body(bb, carry + bc)
+        return tuple(where(reshape(act, (B,) + (1,) * (len(o.shape) - 1)), n, o)
+                     for n, o in zip(new, carry))
+    wc, _, _ = _trace(c, c_av + cc_av)
+    wb, _, _ = _trace(b, c_av + cc_av + bc_av)
+    body.memo[key] = (wc, wb)
+    return wc, wb
+
+
+def _batched_operands(init, cc, bc, cflags, B, cond, body, n_carry, n_cc):
+    """The batched loop's (cond, body, operands): init and body consts
+    broadcast to the batch."""
+    from tracegrad.ops.base import broadcast_to
+
+    def full(v, f):
+        return v if f else broadcast_to(v, (B,) + tuple(getattr(v, "shape", ())))
+    init = [full(v, f) for v, f in init]
+    bc = [full(v, f) for v, f in bc]
+    wc, wb = _batched_loop(cond, body, n_carry, n_cc, tuple(cflags), B)
+    return wc, wb, init + list(cc) + list(cc) + bc
+
+
+def _while_batch_rule(name):
+    def batch(vals, flags, B, *, cond, body, n_carry, n_cc):
+        prim = while_p if name == "while" else while_fwd_p
+        vf = list(zip(vals, flags))
+        init, cc, bc = vf[:n_carry], vf[n_carry:n_carry + n_cc], vf[n_carry + n_cc:]
+        wc, wb, ops = _batched_operands(init, [v for v, _ in cc], bc, [f for _, f in cc], B,
+                                        cond, body, n_carry, n_cc)
+        return bind(prim, *ops, cond=wc, body=wb, n_carry=n_carry, n_cc=n_cc)
+    return batch
+
+
+def _while_bwd_batch(vals, flags, B, *, bwd, n_ct, n_carry, cond, body, n_cc):
+    """while_bwd over a batch: the reverse mode of the batched loop (its
+    tape is the batched while_fwd's, which the same operands share)."""
+    from tracegrad.ops.base import broadcast_to
+    vf = list(zip(vals[1:], flags[1:]))
+    cts, bc, init, cc = _bwd_split(vf, n_ct, n_carry, n_cc)
+    fc, fk = _while_floats([aval_of(v) for v, _ in init + cc + bc], n_carry, n_cc)
+    wc, wb, ops = _batched_operands(init, [v for v, _ in cc], bc, [f for _, f in cc], B,
+                                    cond, body, n_carry, n_cc)
+    cts = [v if f else broadcast_to(v, (B,) + tuple(v.shape)) for v, f in cts]
+    g = [None] * n_carry
+    for j, i in enumerate(fc):
+        g[i] = cts[j]
+    _, r = _while_reverse(g, ops, wc, wb, n_carry, n_cc)
+    add = _ops.add
+    return tuple([r[i] for i in fc]
+                 + [add(cts[len(fc) + j], r[n_carry + 2 * n_cc + i]) for j, i in enumerate(fk)])
 
 while_fwd_p = register(
     "while_fwd", _while_fwd_impl,
     shape=lambda *avals, cond, body, n_carry, n_cc: tuple(aval_of(a) for a in avals[:n_carry])
     + (_TAPE,),
-    vjp=_second_order_while, jvp=_second_order_while, numpy=_no_emitter("while_fwd"),
+    vjp=_while_fwd_vjp, jvp=_while_fwd_jvp, numpy=_no_emitter("while_fwd"),
+    batch=_while_batch_rule("while_fwd"),
     n_out=lambda cond, body, n_carry, n_cc: n_carry + 1, may_view=True,
     doc="A while loop that also returns the tape of the carries each step started from "
         "(the forward half of while_loop's reverse mode).")
 
 
-def _while_bwd_impl(xp, tape, *ops, bwd, n_ct, n_carry):
+def _while_bwd_impl(xp, tape, *ops, bwd, n_ct, n_carry, cond, body, n_cc):
     ct = list(ops[:n_ct])
     consts = list(ops[n_ct:])
     for c in reversed(tape[()] if isinstance(tape, np.ndarray) else tape):
@@ -603,14 +815,23 @@ def _while_bwd_impl(xp, tape, *ops, bwd, n_ct, n_carry):
 
 while_bwd_p = register(
     "while_bwd", _while_bwd_impl,
-    shape=lambda tape, *avals, bwd, n_ct, n_carry: tuple(aval_of(a) for a in avals[:n_ct]),
-    vjp=_second_order_while, jvp=_second_order_while, numpy=_no_emitter("while_bwd"),
-    n_out=lambda bwd, n_ct, n_carry: n_ct, may_view=True,
+    shape=lambda tape, *avals, bwd, n_ct, n_carry, cond, body, n_cc:
+    tuple(aval_of(a) for a in avals[:n_ct]),
+    vjp=_while_bwd_vjp, jvp=_while_bwd_jvp, numpy=_no_emitter("while_bwd"), batch=_while_bwd_batch,
+    n_out=lambda bwd, n_ct, n_carry, cond, body, n_cc: n_ct, may_view=True,
     doc="The backward half of while_loop's reverse mode: the body's vjp over the recorded "
-        "tape, last step first.")
+        "tape, last step first.  Operands: (tape, ct, acc, body consts, init, cond consts); "
+        "differentiable to any order as J(init, consts)^T ct.")
 
 
 def _while_jvp(tangents, out, *ops, cond, body, n_carry, n_cc):
+    return _while_tangent(while_p, tangents, ops, cond, body, n_carry, n_cc)
+
+
+def _while_tangent(prim, tangents, ops, cond, body, n_carry, n_cc):
+    """Forward mode: the loop W' over (carry, tangent), bound as ``prim``
+    (``while``; ``while_fwd`` for while_fwd's own tangent, whose W' run is
+    then the one while_bwd's tangent records); the carries' tangents."""
     carry, consts = _while_split(ops, n_carry)
     avals = [aval_of(o) for o in ops]
     fc = tuple(_float_positions(avals[:n_carry]))
@@ -624,7 +845,7 @@ def _while_jvp(tangents, out, *ops, cond, body, n_carry, n_cc):
     # cond reads only the primal carry: (carry, t_carry, cc) -> cond(carry, cc)
     jc = _while_jvp_cond(cond, n_carry, len(fc))
     cc, bc = consts[:n_cc], consts[n_cc:]
-    r = list(bind(while_p, *carry, *t_c, *cc, *bc, *t_k, cond=jc, body=jb,
+    r = list(bind(prim, *carry, *t_c, *cc, *bc, *t_k, cond=jc, body=jb,
                   n_carry=n_carry + len(fc), n_cc=n_cc))
     res = [None] * n_carry
     for j, i in enumerate(fc):
@@ -654,10 +875,264 @@ def _while_jvp_cond(cond, n_carry, n_t):
 
 while_p = register(
     "while", _while_impl, shape=_while_shape, vjp=_while_vjp, jvp=_while_jvp,
-    numpy=_no_emitter("while"), may_view=True, save_out=True,
+    numpy=_no_emitter("while"), batch=_while_batch_rule("while"), may_view=True, save_out=True,
     n_out=lambda cond, body, n_carry, n_cc: n_carry,
     doc="A while loop over traced cond and body functions.")
 
+
+# --- fixed_point ---------------------------------------------------------------------
+# x* = f(x*, *params), found by iterating f; differentiated by the implicit
+# function theorem at x*, never through the iterations.  The iteration is a
+# while node (on values cut from the gradient: nothing differentiates it);
+# one ``fixed_point`` node then passes x* through and holds the rules:
+#   vjp: u = g + J_x^T u (the adjoint, itself a fixed point of the same
+#        kind), then ct_params = J_params^T u;
+#   jvp: t = J_x t + J_params dparams (a fixed point too).
+# Both read the node's own output x*, so derivatives of any order go through
+# the same rules again.
+
+def _fp_tol(tol, avals):
+    if tol is None:
+        eps = max(float(np.finfo(a.dtype).eps) for a in avals)
+        return 1e-10 if eps < 1e-15 else 1e-5 if eps < 1e-6 else 1e-2
+    if isinstance(tol, (bool, np.bool_)) or not isinstance(tol, (int, float, np.floating,
+                                                                 np.integer)) or not tol > 0:
+        raise ValueError(f"tg.fixed_point: tol must be a positive number, got {tol!r}")
+    return float(tol)
+
+
+def _fp_loop(body, nx, tol, max_iter):
+    """(cond, body) of the iteration: carries (x..., change, count), body
+    consts the params; ``change`` is max |x_new - x| / (1 + |x_new|) over
+    every element (NaN never counts as converged)."""
+    key = ("fixed_point_loop", nx, tol, max_iter)
+    r = body.memo.get(key)
+    if r is not None:
+        return r
+    o = _ops
+    x_av = list(body.in_avals[:nx])
+    k_av = list(body.in_avals[nx:])
+    s_av = [Aval((), np.dtype(np.float64)), Aval((), np.dtype(np.int64))]
+
+    def cond(*a):     # a NaN change stops the loop too (the check then says so)
+        err, k = a[nx], a[nx + 1]
+        return (o.logical_and(o.greater(err, tol), o.less(k, max_iter)),)
+
+    def step(*a):
+        a = list(a)
+        x, k, consts = a[:nx], a[nx + 1], a[nx + 2:]
+        new = eval_body(body, x + consts)
+        err = np.float64(0.0)
+        for xn, xo in zip(new, x):
+            if int(np.prod(xn.shape)) == 0:
+                continue
+            d = o.div(o.abs(o.sub(xn, xo)), o.add(o.abs(xn), 1.0))
+            err = o.maximum(err, o.astype(o.amax(d), np.float64))
+        return tuple(new) + (err, o.add(k, np.int64(1)))
+    wc, _, _ = _trace(cond, x_av + s_av)
+    wb, _, _ = _trace(step, x_av + s_av + k_av)
+    body.memo[key] = (wc, wb)
+    return wc, wb
+
+
+def _fixed_point_apply(body, x0, consts, tol, max_iter):
+    """x* of ``body`` (x..., consts...) -> x... from x0: the iteration, then
+    the fixed_point node (traced values and Tensors) or its check (arrays)."""
+    nx = len(x0)
+    wc, wb = _fp_loop(body, nx, tol, max_iter)
+    start = [np.float64(np.inf), np.int64(0)]
+    if any(_is_tracer(v) for v in list(x0) + list(consts)):
+        sg = _ops.stop_gradient
+        cut = [sg(v) if _is_tracer(v) else v for v in list(x0) + list(consts)]
+        r = list(bind(while_p, *cut[:nx], *start, *cut[nx:], cond=wc, body=wb,
+                      n_carry=nx + 2, n_cc=0))
+    else:
+        from tracegrad.ops.primitives import array_module
+        raw = [v._data if _is_tensor(v) else v for v in list(x0) + list(consts)]
+        xp = array_module(*raw)
+        raw = [xp.asarray(v) for v in raw]
+        r = list(_while_impl(xp, *raw[:nx], *start, *raw[nx:], cond=wc, body=wb,
+                             n_carry=nx + 2, n_cc=0))
+    ops = r[:nx] + r[nx:nx + 2] + list(consts)
+    attrs = dict(body=body, nx=nx, tol=tol, max_iter=max_iter)
+    if any(_is_tracer(v) or _is_tensor(v) for v in list(x0) + list(consts)):
+        return list(bind(fixed_point_p, *ops, **attrs))
+    return list(_fixed_point_impl(np, *ops, **attrs))
+
+
+def _fixed_point_impl(xp, *ops, body, nx, tol, max_iter):
+    from tracegrad.ops.runtime_numpy import _fixed_point_result
+    return _fixed_point_result(ops[nx], ops[nx + 1], tol, max_iter, *ops[:nx])
+
+
+def _fp_adjoint_body(body, nx, fk):
+    """u -> g + J_x^T u at (x*, consts): inputs (u..., x..., consts..., g...)."""
+    key = ("fixed_point_adjoint", nx, fk)
+    b = body.memo.get(key)
+    if b is not None:
+        return b
+    vb = _fp_vjp_body(body, nx, fk)
+    x_av, k_av = list(body.in_avals[:nx]), list(body.in_avals[nx:])
+    add = _ops.add
+
+    def f(*a):
+        a = list(a)
+        u, x, k, g = a[:nx], a[nx:2 * nx], a[2 * nx:2 * nx + len(k_av)], a[2 * nx + len(k_av):]
+        r = eval_body(vb, x + k + u)
+        return tuple(add(gi, ri) for gi, ri in zip(g, r[:nx]))
+    b, _, _ = _trace(f, x_av + x_av + k_av + x_av)
+    body.memo[key] = b
+    return b
+
+
+def _fp_vjp_body(body, nx, fk):
+    key = ("fixed_point_vjp", nx, fk)
+    b = body.memo.get(key)
+    if b is None:
+        b = body.memo[key] = _need("vjp_body")(body, tuple(range(nx)) + tuple(nx + i for i in fk))
+    return b
+
+
+def _fp_tangent_body(body, nx, fk):
+    """t -> J_x t + J_consts dk at (x*, consts): inputs (t..., x..., consts..., dk[fk]...)."""
+    key = ("fixed_point_tangent", nx, fk)
+    b = body.memo.get(key)
+    if b is not None:
+        return b
+    jb = _need("jvp_body")(body, tuple(range(nx)) + tuple(nx + i for i in fk))
+    x_av, k_av = list(body.in_avals[:nx]), list(body.in_avals[nx:])
+
+    def f(*a):
+        a = list(a)
+        t, x = a[:nx], a[nx:2 * nx]
+        k, dk = a[2 * nx:2 * nx + len(k_av)], a[2 * nx + len(k_av):]
+        return tuple(eval_body(jb, x + k + t + dk)[nx:])
+    b, _, _ = _trace(f, x_av + x_av + k_av + [k_av[i] for i in fk])
+    body.memo[key] = b
+    return b
+
+
+def _fixed_point_vjp(g, out, *ops, body, nx, tol, max_iter):
+    consts = list(ops[nx + 2:])
+    fk = tuple(_float_positions([aval_of(c) for c in consts]))
+    cts = [None] * len(ops)
+    if not fk:
+        return tuple(cts)
+    xs = list(out)
+    g = [gi if gi is not None else _zeros(o) for gi, o in zip(g, xs)]
+    u = _fixed_point_apply(_fp_adjoint_body(body, nx, fk), g, xs + consts + g, tol, max_iter)
+    r = eval_body(_fp_vjp_body(body, nx, fk), xs + consts + u)
+    for j, i in enumerate(fk):
+        cts[nx + 2 + i] = r[nx + j]
+    return tuple(cts)
+
+
+def _fixed_point_jvp(tangents, out, *ops, body, nx, tol, max_iter):
+    consts = list(ops[nx + 2:])
+    t_k = list(tangents[nx + 2:])
+    fk = tuple(i for i, (c, t) in enumerate(zip(consts, t_k))
+               if t is not None and is_float(aval_of(c).dtype))
+    if not fk:
+        return (None,) * nx
+    xs = list(out)
+    t0 = [_zeros(x) for x in xs]
+    return tuple(_fixed_point_apply(_fp_tangent_body(body, nx, fk), t0,
+                                    xs + consts + [t_k[i] for i in fk], tol, max_iter))
+
+
+def _fixed_point_numpy(names, body, nx, tol, max_iter):
+    return (f"_fixed_point_result({names[nx]}, {names[nx + 1]}, {tol!r}, {max_iter!r}, "
+            f"{', '.join(names[:nx])})")
+
+
+def _fixed_point_batch(vals, flags, B, *, body, nx, tol, max_iter):
+    """vmap: the fixed point of the batched map (each element's own: the
+    batched iteration ran until every element converged)."""
+    from tracegrad.ops.base import broadcast_to
+    amax = _ops.amax
+    xs = [v if f else broadcast_to(v, (B,) + tuple(v.shape)) for v, f in
+          zip(vals[:nx], flags[:nx])]
+    err, k = [amax(v) if f else v for v, f in zip(vals[nx:nx + 2], flags[nx:nx + 2])]
+    bb = _batched_body(body, (True,) * nx + tuple(flags[nx + 2:]), B)
+    return tuple(bind(fixed_point_p, *xs, err, k, *vals[nx + 2:], body=bb, nx=nx, tol=tol,
+                      max_iter=max_iter))
+
+
+fixed_point_p = register(
+    "fixed_point", _fixed_point_impl,
+    shape=lambda *avals, body, nx, tol, max_iter: tuple(aval_of(a) for a in avals[:nx]),
+    vjp=_fixed_point_vjp, jvp=_fixed_point_jvp, numpy=_fixed_point_numpy,
+    helpers=("_fixed_point_result",), n_out=lambda body, nx, tol, max_iter: nx,
+    batch=_fixed_point_batch, may_view=True, save_out=True,
+    doc="The fixed point x* = f(x*, consts) an iteration reached (operands: x*, the last "
+        "change, the iteration count, consts): passes x* through, raises when the iteration "
+        "did not converge; derivatives by the implicit function theorem.")
+
+
+def fixed_point(f, x0, *params, tol=None, max_iter=1000):
+    """The fixed point ``x* = f(x*, *params)``, found by iterating
+    ``x = f(x, *params)`` from ``x0`` until the change of every element is
+    at most ``tol * (1 + |x|)`` (default: 1e-10 in float64, 1e-5 in
+    float32); a RuntimeError when ``max_iter`` iterations do not get there.
+
+    Its derivatives come from the implicit function theorem at x*, not from
+    the iterations: reverse mode solves ``u = g + (df/dx)^T u`` by the same
+    kind of iteration, forward mode ``t = (df/dx) t + (df/dparams) dparams``;
+    both are fixed points again, so derivatives of any order work.  They are
+    derivatives with respect to ``params`` and to traced values ``f`` reads
+    from its closure; x* does not depend on ``x0`` (its gradient is zero).
+    ``f`` must be a contraction near x* for the iterations to converge.
+    ``x0`` is an array or a tree (tuple, list, dict) of float arrays, which
+    ``f`` returns with the same structure, shapes and dtypes.  Works inside
+    compiled functions, eagerly on Tensors and on plain arrays."""
+    if not callable(f):
+        raise TypeError(f"tg.fixed_point: f must be callable, got {type(f).__name__}")
+    if not _check_int("max_iter", max_iter) or max_iter < 1:
+        raise ValueError(f"tg.fixed_point: max_iter must be a positive int, got {max_iter!r}")
+    if hooks.trace_body is None:
+        raise RuntimeError("fixed_point needs the tracer and the adjoint pass: call it as "
+                           "tg.fixed_point (which loads them), or import tracegrad.api first")
+    x_leaves, x_tree = hooks.tree_flatten(x0)
+    p_leaves, p_tree = hooks.tree_flatten(tuple(params))
+    if not x_leaves:
+        raise TypeError("tg.fixed_point: x0 holds no arrays")
+    x_avals = [_leaf_aval(x) for x in x_leaves]
+    for a in x_avals:
+        if not is_float(a.dtype):
+            raise TypeError(f"tg.fixed_point: x0 must hold floating-point arrays, got "
+                            f"{a.dtype}{list(a.shape)}; pass x0.astype(float)")
+    tol = _fp_tol(tol, x_avals)
+    nx = len(x_leaves)
+
+    def flat(*a):
+        x = hooks.tree_unflatten(x_tree, list(a[:nx]))
+        ps = hooks.tree_unflatten(p_tree, list(a[nx:]))
+        new = f(x, *ps)
+        leaves, tree = hooks.tree_flatten(new)
+        if tree != x_tree:
+            raise TypeError(f"tg.fixed_point: f returns another structure than x0 "
+                            f"({_tree_str(tree)} vs {_tree_str(x_tree)}); f(x, *params) must "
+                            f"return x's structure")
+        for j, (v, a0) in enumerate(zip(leaves, x_avals)):
+            av = _leaf_aval(v)
+            if tuple(av.shape) != tuple(a0.shape) or np.dtype(av.dtype) != np.dtype(a0.dtype):
+                leaf = f" (leaf {j})" if nx > 1 else ""
+                raise TypeError(f"tg.fixed_point: f changes x{leaf} from {a0.dtype}"
+                                f"{list(a0.shape)} to {av.dtype}"
+                                f"{list(av.shape)}; a fixed-point map must keep the shape and "
+                                f"dtype of x (cast with .astype, or start from an x0 of the "
+                                f"result's shape and dtype)")
+        return tuple(leaves)
+
+    try:
+        body, captured, _ = _trace(flat, x_avals + [_leaf_aval(p) for p in p_leaves],
+                                   [_face(x) for x in x_leaves] + [_face(p) for p in p_leaves])
+    except _Eager:
+        raise TypeError("tg.fixed_point: f reads a Tensor that requires grad from its "
+                        "closure; pass it in params (tg.fixed_point(f, x0, *params)) so its "
+                        "gradient goes through the implicit function theorem") from None
+    out = _fixed_point_apply(body, x_leaves, p_leaves + list(captured), tol, max_iter)
+    return hooks.tree_unflatten(x_tree, out)
 
 # --- cond / switch -----------------------------------------------------------------
 
@@ -1089,8 +1564,9 @@ def _tree_str(tree):
 
 def while_loop(cond_fun, body_fun, init_val):
     """``while cond_fun(val): val = body_fun(val)``; returns val (JAX's
-    ``lax.while_loop``).  Unlike JAX, reverse mode works: it records the
-    forward run's trip count."""
+    ``lax.while_loop``).  Unlike JAX, reverse mode works, to any order: it
+    records the forward run (its trip count and the states it visited), and
+    every derivative is that of the loop unrolled for that trip count."""
     if not callable(cond_fun) or not callable(body_fun):
         raise TypeError("while_loop: cond_fun and body_fun must be callable")
     def eager():
@@ -1174,7 +1650,7 @@ def _branch_node(idx, branches, operands):
 
     bodies, caps = [], []
     for b in branches:
-        body, cap, _ = _trace(make(b), avals, faces)
+        body, cap, _ = _trace(make(b), avals, faces, contain=True)
         bodies.append(body)
         caps.append(cap)
     if any(t != out_trees[0] for t in out_trees):
@@ -1190,7 +1666,8 @@ def _branch_node(idx, branches, operands):
         for k, body in enumerate(bodies):
             def flat2(*a, body=body, lo=n + offs[k], hi=n + offs[k + 1]):
                 return tuple(eval_body(body, list(a[:n]) + list(a[lo:hi])))
-            ub, cap2, _ = _trace(flat2, all_avals, faces + [_face(c) for c in allcap])
+            ub, cap2, _ = _trace(flat2, all_avals, faces + [_face(c) for c in allcap],
+                                 contain=True)
             uniform.append(ub)
         bodies = uniform
     if not _is_tracer(idx) and not any(_is_tracer(x) for x in leaves + allcap):
