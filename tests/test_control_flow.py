@@ -458,3 +458,47 @@ def test_methods_convert_too():
     np.testing.assert_allclose(tg.grad(m.loss, fallback=False)(np.array([1.0, 2.0])), [2.0, 2.0])
     np.testing.assert_allclose(tg.grad(m.loss, fallback=False)(np.array([-1.0, 0.5])),
                                [-1.0, -1.0])
+
+
+# --- checkpointing a while loop's reverse mode -------------------------------------------------
+
+def _contraction(x, checkpoint=None):
+    def cond(s):
+        return s[1] < 300
+
+    def body(s):
+        return (np.sin(s[0]) * 0.999 + 0.01 * s[0] ** 2, s[1] + 1)
+    y, _ = tg.while_loop(cond, body, (x, np.int64(0)), checkpoint=checkpoint)
+    return np.sum(y ** 2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("checkpoint", [True, 7, "1kB"])
+def test_while_loop_checkpointing_gives_the_same_derivatives(checkpoint, backend):
+    x = np.linspace(0.1, 0.5, 4)
+    plain = tg.grad(_contraction, backend=backend)(x)
+    f = tg.grad(lambda x: _contraction(x, checkpoint), backend=backend)
+    np.testing.assert_array_equal(f(x), plain)
+    np.testing.assert_allclose(tg.hessian(lambda x: _contraction(x, checkpoint))(x),
+                               tg.hessian(_contraction)(x), rtol=1e-12, atol=1e-14)
+
+
+def test_while_checkpoint_tape_keeps_about_sqrt_n_carries():
+    from tracegrad.ops.runtime_numpy import _tape_add, _tape_new, _while_steps
+    tape = _tape_new(0, 0)
+    for i in range(10000):
+        _tape_add(tape, (i,))
+    assert len(tape["marks"]) <= 2 * int(np.sqrt(10000)) and tape["every"] <= 2 * 100
+    # the steps replayed from the kept carries are every step, last first
+    assert [c[0] for c in _while_steps(tape, lambda i: (i + 1,), ())] == list(range(9999, -1, -1))
+    with pytest.raises(ValueError, match="checkpoint="):
+        _contraction(np.ones(2), "lots")
+
+
+def test_converted_while_loops_follow_the_loop_checkpoint_setting(monkeypatch):
+    monkeypatch.setenv("TRACEGRAD_LOOP_CHECKPOINT", "true")
+    x = np.array([3.0, -2.0])
+    low = tg.grad(halvings, backend="numpy").lower(x)
+    assert "_tape_new(" in low.source and "_while_steps(" in low.source
+    np.testing.assert_allclose(tg.grad(halvings)(x), tg.grad(halvings, compile=False)(x),
+                               rtol=1e-12)

@@ -77,6 +77,22 @@ def _explain(msg):
         print(f"tracegrad: {msg}", file=sys.stderr)
 
 
+def loop_checkpoint():
+    """``checkpoint=`` for the loops rewritten from Python source (for and
+    while loops), from
+    ``TRACEGRAD_LOOP_CHECKPOINT``: unset (every carry stored), ``true``
+    (every ceil(sqrt(n))-th), an integer k, or a memory budget such as
+    ``50MB`` (the values ``tg.fori_loop`` takes)."""
+    v = (os.environ.get("TRACEGRAD_LOOP_CHECKPOINT") or "").strip()
+    if not v:
+        return None
+    if v.lower() in ("true", "yes", "on"):
+        return True
+    if v.isdigit():
+        return int(v)
+    return v
+
+
 # --- reading statements ----------------------------------------------------------------------
 
 def _item_target(node):
@@ -1287,7 +1303,8 @@ def _while_node(c, test_fn, body_fn, vals, names, where):
         return tuple(out)
     try:
         with _no_view_marks(trace):
-            out = control.while_loop(cond_fun, body_fun, tuple(flat[j] for j in carried))
+            out = control.while_loop(cond_fun, body_fun, tuple(flat[j] for j in carried),
+                                     checkpoint=loop_checkpoint())
     except NotConverted:
         raise
     except TypeError as e:

@@ -61,7 +61,8 @@ import types
 import numpy as np
 
 from tracegrad.frontend import branch_rewrite
-from tracegrad.frontend.branch_rewrite import _PREFIX, _SCOPE_READERS, UNBOUND, _explain
+from tracegrad.frontend.branch_rewrite import (_PREFIX, _SCOPE_READERS, UNBOUND, _explain,
+                                               loop_checkpoint)
 from tracegrad.ops import control
 
 ROLL_MIN_STEPS = 4      # fewer iterations stay unrolled
@@ -555,21 +556,6 @@ def _same_python_value(a, b):
     if type(a) is not type(b) or not isinstance(a, (bool, int, float, complex, str, bytes)):
         return False
     return a == b
-
-
-def loop_checkpoint():
-    """``checkpoint=`` for the loops rewritten from Python source, from
-    ``TRACEGRAD_LOOP_CHECKPOINT``: unset (every carry stored), ``true``
-    (every ceil(sqrt(n))-th), an integer k, or a memory budget such as
-    ``50MB`` (the values ``tg.fori_loop`` takes)."""
-    v = (os.environ.get("TRACEGRAD_LOOP_CHECKPOINT") or "").strip()
-    if not v:
-        return None
-    if v.lower() in ("true", "yes", "on"):
-        return True
-    if v.isdigit():
-        return int(v)
-    return v
 
 
 def _derived(tracer):

@@ -44,7 +44,7 @@ from __future__ import annotations
 import numpy as np
 
 from tracegrad.ops._define import _ops
-from tracegrad.ops.primitives import Aval, bind, is_float, register, aval_of
+from tracegrad.ops.primitives import Aval, bind, is_float, register, aval_of, mark_weak
 
 __all__ = ["fori_loop", "scan", "while_loop", "cond", "switch", "checkpoint"]
 # (fixed_point is public as tg.fixed_point through tracegrad.implicit, which loads the
@@ -533,7 +533,7 @@ def _while_split(ops, n_carry):
     return list(ops[:n_carry]), list(ops[n_carry:])
 
 
-def _while_impl(xp, *ops, cond, body, n_carry, n_cc):
+def _while_impl(xp, *ops, cond, body, n_carry, n_cc, checkpoint=None):
     carry, consts = _while_split(ops, n_carry)
     cc, bc = consts[:n_cc], consts[n_cc:]
     while bool(run_body(cond, xp, carry + cc)[0]):
@@ -541,7 +541,7 @@ def _while_impl(xp, *ops, cond, body, n_carry, n_cc):
     return tuple(carry)
 
 
-def _while_shape(*avals, cond, body, n_carry, n_cc):
+def _while_shape(*avals, cond, body, n_carry, n_cc, checkpoint=None):
     carry = [aval_of(a) for a in avals[:n_carry]]
     for j, (a, o) in enumerate(zip(carry, body.out_avals)):
         if tuple(a.shape) != tuple(o.shape) or np.dtype(a.dtype) != np.dtype(o.dtype):
@@ -557,7 +557,7 @@ def _while_floats(avals, n_carry, n_cc):
             tuple(_float_positions(avals[n_carry + n_cc:])))
 
 
-def _while_reverse(g, ops, cond, body, n_carry, n_cc):
+def _while_reverse(g, ops, cond, body, n_carry, n_cc, checkpoint=None):
     """Reverse mode of the loop at ``ops`` with cotangent ``g`` (one per
     carry; None is zero): ``while_fwd`` runs the loop keeping the carry each
     step starts from (the trip count is the tape's length), and
@@ -567,13 +567,15 @@ def _while_reverse(g, ops, cond, body, n_carry, n_cc):
     carry, consts = _while_split(ops, n_carry)
     cc, bc = consts[:n_cc], consts[n_cc:]
     fc, fk = _while_floats([aval_of(o) for o in ops], n_carry, n_cc)
-    rec = bind(while_fwd_p, *ops, cond=cond, body=body, n_carry=n_carry, n_cc=n_cc)
+    ck = {"checkpoint": checkpoint} if checkpoint else {}   # most loops have none
+    rec = bind(while_fwd_p, *ops, cond=cond, body=body, n_carry=n_carry, n_cc=n_cc, **ck)
     outs, tape = list(rec[:n_carry]), rec[n_carry]
     gf = [g[i] if g[i] is not None else _zeros(outs[i]) for i in fc]
     acc0 = [_zeros(bc[i]) for i in fk]
     bwd = _while_bwd_body(cond, body, n_carry, n_cc, fc, fk)
     r = list(bind(while_bwd_p, tape, *gf, *acc0, *bc, *carry, *cc, bwd=bwd,
-                  n_ct=len(fc) + len(fk), n_carry=n_carry, cond=cond, body=body, n_cc=n_cc))
+                  n_ct=len(fc) + len(fk), n_carry=n_carry, cond=cond, body=body, n_cc=n_cc,
+                  **ck))
     cts = [None] * len(ops)
     for j, i in enumerate(fc):
         cts[i] = r[j]
@@ -582,8 +584,8 @@ def _while_reverse(g, ops, cond, body, n_carry, n_cc):
     return outs, cts
 
 
-def _while_vjp(g, out, *ops, cond, body, n_carry, n_cc):
-    return tuple(_while_reverse(list(g), ops, cond, body, n_carry, n_cc)[1])
+def _while_vjp(g, out, *ops, cond, body, n_carry, n_cc, checkpoint=None):
+    return tuple(_while_reverse(list(g), ops, cond, body, n_carry, n_cc, checkpoint)[1])
 
 
 def _while_bwd_body(cond, body, n_carry, n_cc, fc, fk):
@@ -607,12 +609,16 @@ def _while_bwd_body(cond, body, n_carry, n_cc, fc, fk):
     return b
 
 
-def _while_fwd_impl(xp, *ops, cond, body, n_carry, n_cc):
+def _while_fwd_impl(xp, *ops, cond, body, n_carry, n_cc, checkpoint=None):
+    from tracegrad.ops.runtime_numpy import _tape_add, _tape_new
     carry, consts = _while_split(ops, n_carry)
     cc, bc = consts[:n_cc], consts[n_cc:]
-    steps = []
+    steps = _tape_new(*checkpoint) if checkpoint else []
     while bool(run_body(cond, xp, carry + cc)[0]):
-        steps.append(tuple(carry))
+        if checkpoint:
+            _tape_add(steps, tuple(carry))
+        else:
+            steps.append(tuple(carry))
         carry = run_body(body, xp, carry + bc)
     tape = np.empty((), dtype=object)
     tape[()] = steps
@@ -656,17 +662,19 @@ def _bwd_split(ops, n_ct, n_carry, n_cc):
     return cts, bc, init, cc
 
 
-def _while_fwd_vjp(g, out, *ops, cond, body, n_carry, n_cc):
+def _while_fwd_vjp(g, out, *ops, cond, body, n_carry, n_cc, checkpoint=None):
     # the tape carries no cotangent: while_bwd's own rules account for it
-    return tuple(_while_reverse(list(g[:n_carry]), ops, cond, body, n_carry, n_cc)[1])
+    return tuple(_while_reverse(list(g[:n_carry]), ops, cond, body, n_carry, n_cc,
+                                checkpoint)[1])
 
 
-def _while_fwd_jvp(tangents, out, *ops, cond, body, n_carry, n_cc):
+def _while_fwd_jvp(tangents, out, *ops, cond, body, n_carry, n_cc, checkpoint=None):
     # the tape has no tangent (while_bwd's tangent reruns W' for its own)
     return _while_tangent(while_fwd_p, tangents, ops, cond, body, n_carry, n_cc) + (None,)
 
 
-def _while_bwd_jvp(tangents, out, tape, *ops, bwd, n_ct, n_carry, cond, body, n_cc):
+def _while_bwd_jvp(tangents, out, tape, *ops, bwd, n_ct, n_carry, cond, body, n_cc,
+                   checkpoint=None):
     cts, bc, init, cc = _bwd_split(ops, n_ct, n_carry, n_cc)
     t_cts, t_bc, t_init, _ = _bwd_split(list(tangents[1:]), n_ct, n_carry, n_cc)
     fc, fk = _while_floats([aval_of(o) for o in init + cc + bc], n_carry, n_cc)
@@ -688,7 +696,7 @@ def _while_bwd_jvp(tangents, out, tape, *ops, bwd, n_ct, n_carry, cond, body, n_
     return tuple(res)
 
 
-def _while_bwd_vjp(g, out, tape, *ops, bwd, n_ct, n_carry, cond, body, n_cc):
+def _while_bwd_vjp(g, out, tape, *ops, bwd, n_ct, n_carry, cond, body, n_cc, checkpoint=None):
     cts, bc, init, cc = _bwd_split(ops, n_ct, n_carry, n_cc)
     fc, fk = _while_floats([aval_of(o) for o in init + cc + bc], n_carry, n_cc)
     nf, n_bc = len(fc), len(bc)
@@ -766,7 +774,7 @@ def _batched_operands(init, cc, bc, cflags, B, cond, body, n_carry, n_cc):
 
 
 def _while_batch_rule(name):
-    def batch(vals, flags, B, *, cond, body, n_carry, n_cc):
+    def batch(vals, flags, B, *, cond, body, n_carry, n_cc, checkpoint=None):
         prim = while_p if name == "while" else while_fwd_p
         vf = list(zip(vals, flags))
         init, cc, bc = vf[:n_carry], vf[n_carry:n_carry + n_cc], vf[n_carry + n_cc:]
@@ -776,7 +784,8 @@ def _while_batch_rule(name):
     return batch
 
 
-def _while_bwd_batch(vals, flags, B, *, bwd, n_ct, n_carry, cond, body, n_cc):
+def _while_bwd_batch(vals, flags, B, *, bwd, n_ct, n_carry, cond, body, n_cc,
+                     checkpoint=None):
     """while_bwd over a batch: the reverse mode of the batched loop (its
     tape is the batched while_fwd's, which the same operands share)."""
     from tracegrad.ops.base import broadcast_to
@@ -796,35 +805,37 @@ def _while_bwd_batch(vals, flags, B, *, bwd, n_ct, n_carry, cond, body, n_cc):
 
 while_fwd_p = register(
     "while_fwd", _while_fwd_impl,
-    shape=lambda *avals, cond, body, n_carry, n_cc: tuple(aval_of(a) for a in avals[:n_carry])
-    + (_TAPE,),
+    shape=lambda *avals, cond, body, n_carry, n_cc, checkpoint=None:
+    tuple(aval_of(a) for a in avals[:n_carry]) + (_TAPE,),
     vjp=_while_fwd_vjp, jvp=_while_fwd_jvp, numpy=_no_emitter("while_fwd"),
     batch=_while_batch_rule("while_fwd"),
-    n_out=lambda cond, body, n_carry, n_cc: n_carry + 1, may_view=True,
+    n_out=lambda cond, body, n_carry, n_cc, checkpoint=None: n_carry + 1, may_view=True,
     doc="A while loop that also returns the tape of the carries each step started from "
         "(the forward half of while_loop's reverse mode).")
 
 
-def _while_bwd_impl(xp, tape, *ops, bwd, n_ct, n_carry, cond, body, n_cc):
+def _while_bwd_impl(xp, tape, *ops, bwd, n_ct, n_carry, cond, body, n_cc, checkpoint=None):
+    from tracegrad.ops.runtime_numpy import _while_steps
     ct = list(ops[:n_ct])
     consts = list(ops[n_ct:])
-    for c in reversed(tape[()] if isinstance(tape, np.ndarray) else tape):
+    bc = _bwd_split(ops, n_ct, n_carry, n_cc)[1]
+    for c in _while_steps(tape, lambda *a: tuple(run_body(body, xp, list(a))), bc):
         ct = run_body(bwd, xp, ct + list(c) + consts)
     return tuple(ct)
 
 
 while_bwd_p = register(
     "while_bwd", _while_bwd_impl,
-    shape=lambda tape, *avals, bwd, n_ct, n_carry, cond, body, n_cc:
+    shape=lambda tape, *avals, bwd, n_ct, n_carry, cond, body, n_cc, checkpoint=None:
     tuple(aval_of(a) for a in avals[:n_ct]),
     vjp=_while_bwd_vjp, jvp=_while_bwd_jvp, numpy=_no_emitter("while_bwd"), batch=_while_bwd_batch,
-    n_out=lambda bwd, n_ct, n_carry, cond, body, n_cc: n_ct, may_view=True,
+    n_out=lambda bwd, n_ct, n_carry, cond, body, n_cc, checkpoint=None: n_ct, may_view=True,
     doc="The backward half of while_loop's reverse mode: the body's vjp over the recorded "
         "tape, last step first.  Operands: (tape, ct, acc, body consts, init, cond consts); "
         "differentiable to any order as J(init, consts)^T ct.")
 
 
-def _while_jvp(tangents, out, *ops, cond, body, n_carry, n_cc):
+def _while_jvp(tangents, out, *ops, cond, body, n_carry, n_cc, checkpoint=None):
     return _while_tangent(while_p, tangents, ops, cond, body, n_carry, n_cc)
 
 
@@ -876,8 +887,11 @@ def _while_jvp_cond(cond, n_carry, n_t):
 while_p = register(
     "while", _while_impl, shape=_while_shape, vjp=_while_vjp, jvp=_while_jvp,
     numpy=_no_emitter("while"), batch=_while_batch_rule("while"), may_view=True, save_out=True,
-    n_out=lambda cond, body, n_carry, n_cc: n_carry,
-    doc="A while loop over traced cond and body functions.")
+    n_out=lambda cond, body, n_carry, n_cc, checkpoint=None: n_carry,
+    doc="A while loop over traced cond and body functions.  ``checkpoint`` (every, cap): "
+        "its reverse mode keeps every ``every``-th carry (every > 0), or a spacing that "
+        "doubles to keep at most ``cap`` carries (cap 0: about 2 sqrt(steps)), and reruns "
+        "the steps between two kept carries during the backward pass.")
 
 
 # --- fixed_point ---------------------------------------------------------------------
@@ -1510,6 +1524,8 @@ def _scan_core(fn, init, xs, n, start, reverse, who, checkpoint=None, verify=Fal
     def flat_body(*a):
         a = list(a)
         i = a.pop(0) if start is not None else None
+        if i is not None:
+            mark_weak(i)      # it stands for the Python int of the loop as written
         carry = hooks.tree_unflatten(c_tree, a[:n_c])
         x = hooks.tree_unflatten(x_tree, a[n_c:n_c + n_x])
         res = fn(i, carry, x)
@@ -1562,13 +1578,36 @@ def _tree_str(tree):
     return repr(tree).replace("'leaf',", "*").replace("('leaf',)", "*")
 
 
-def while_loop(cond_fun, body_fun, init_val):
+def while_policy(checkpoint, carry_bytes):
+    """``checkpoint=`` of a while loop (whose trip count is not known before
+    it runs) as its node's attribute (every, cap): an int k keeps every
+    k-th carry; True a spacing that doubles as the loop runs, keeping about
+    2 sqrt(steps) carries; a budget ('50MB') a spacing that doubles to keep
+    the kept carries within half of it.  None: every carry is kept."""
+    if checkpoint is None or checkpoint is False:
+        return None
+    if checkpoint is True:
+        return (0, 0)
+    if isinstance(checkpoint, str):
+        budget = _budget_bytes(checkpoint)
+        return (0, max(2, int(budget // (2 * max(carry_bytes, 1)))))
+    if isinstance(checkpoint, (int, np.integer)) and not isinstance(checkpoint, bool) \
+            and checkpoint >= 1:
+        return (int(checkpoint), 0) if checkpoint > 1 else None
+    raise ValueError(f"checkpoint={checkpoint!r}: give an int k >= 1 (every k-th carry), True "
+                     f"(about 2 sqrt(n) carries) or a memory budget such as '50MB'")
+
+
+def while_loop(cond_fun, body_fun, init_val, *, checkpoint=None):
     """``while cond_fun(val): val = body_fun(val)``; returns val (JAX's
     ``lax.while_loop``).  Unlike JAX, reverse mode works, to any order: it
     records the forward run (its trip count and the states it visited), and
-    every derivative is that of the loop unrolled for that trip count."""
+    every derivative is that of the loop unrolled for that trip count.
+    ``checkpoint`` bounds the memory of reverse mode (``while_policy``):
+    the derivatives are the same numbers, for about one more forward run."""
     if not callable(cond_fun) or not callable(body_fun):
         raise TypeError("while_loop: cond_fun and body_fun must be callable")
+    while_policy(checkpoint, 1)     # a bad value is an error in every mode
     def eager():
         val = init_val
         while bool(cond_fun(val)):
@@ -1607,8 +1646,10 @@ def while_loop(cond_fun, body_fun, init_val):
         return eager()
     if mode is None and not any(_is_tracer(c) for c in c_cap + b_cap):
         return eager()
+    policy = while_policy(checkpoint, sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize
+                                          for a in c_avals))
     out = bind(while_p, *c_leaves, *c_cap, *b_cap, cond=cb, body=bb, n_carry=len(c_leaves),
-               n_cc=len(c_cap))
+               n_cc=len(c_cap), **({"checkpoint": policy} if policy else {}))
     return hooks.tree_unflatten(c_tree, list(out))
 
 

@@ -365,20 +365,34 @@ def _while_fwd_lines(var, args, d, module):
     nc = d["attrs"]["n_carry"]
     carry = [f"_{var}_c{j}" for j in range(nc)]
     tape = f"_{var}_tape"
-    return [lines[0], f"{tape} = []", lines[1],
-            f"    {tape}.append(({', '.join(carry)}{',' if nc == 1 else ''}))", lines[2],
+    step = f"({', '.join(carry)}{',' if nc == 1 else ''})"
+    policy = d["attrs"].get("checkpoint")
+    if policy:       # some carries kept, the steps between them rerun backwards
+        module.helper("_tape_new")
+        module.helper("_tape_add")
+        start, record = f"{tape} = _tape_new{tuple(policy)!r}", f"    _tape_add({tape}, {step})"
+    else:
+        start, record = f"{tape} = []", f"    {tape}.append({step})"
+    return [lines[0], start, lines[1], record, lines[2],
             f"{var} = ({', '.join(carry + [tape])},)"]
 
 
 def _while_bwd_lines(var, args, d, module):
     a = d["attrs"]
-    n_ct, nc = a["n_ct"], a["n_carry"]
+    n_ct, nc, n_cc = a["n_ct"], a["n_carry"], a["n_cc"]
     fn = _body_function(module, a["bwd"], "while_bwd_body")
     ct = [f"_{var}_c{j}" for j in range(n_ct)]
     step = [f"_{var}_s{j}" for j in range(nc)]
     lhs = ", ".join(ct) + ("," if n_ct == 1 else "")
+    steps = f"reversed({args[0]})"
+    if a.get("checkpoint"):
+        module.helper("_while_steps")
+        bf = _body_function(module, a["body"], "while_body")
+        n_bc = len(args) - 1 - n_ct - nc - n_cc
+        bc = args[1 + n_ct:1 + n_ct + n_bc]
+        steps = f"_while_steps({args[0]}, {bf}, ({', '.join(bc)}{',' if len(bc) == 1 else ''}))"
     return [f"{lhs} = {', '.join(args[1:1 + n_ct])}{',' if n_ct == 1 else ''}",
-            f"for {', '.join(step)}{',' if nc == 1 else ''} in reversed({args[0]}):",
+            f"for {', '.join(step)}{',' if nc == 1 else ''} in {steps}:",
             f"    {lhs} = {fn}({', '.join(ct + step + list(args[1 + n_ct:]))})",
             f"{var} = ({lhs})"]
 
