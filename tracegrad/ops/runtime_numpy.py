@@ -457,3 +457,63 @@ def _betainc(a, b, x):
             return math.exp(lead) * cf(a, b, x) / a
         return 1.0 - math.exp(lead) * cf(b, a, 1.0 - x) / b
     return np.vectorize(one, otypes=[np.float64])(a, b, x).astype(dtype)
+
+
+# --- tg.fixed_point (tracegrad.ops.control) ---
+
+def _fixed_point_result(err, k, tol, max_iter, *xs):
+    """The fixed point ``xs`` an iteration reached, or the error saying it
+    did not converge: ``err`` is the last iteration's largest change
+    |x_new - x| / (1 + |x_new|), ``k`` the iterations run."""
+    e = float(err)
+    if not math.isfinite(e):
+        n = int(k)
+        raise RuntimeError(
+            f"tg.fixed_point: the iteration diverged: x is not finite (NaN or inf) after {n} "
+            f"iteration{'s' if n != 1 else ''}; start closer to the fixed point, or check "
+            f"that f is a contraction there")
+    if not e <= tol:
+        raise RuntimeError(
+            f"tg.fixed_point: no convergence within max_iter={max_iter} iterations: the last "
+            f"iteration still changed x by {e:.3g} (relative), more than tol={tol:g}; raise "
+            f"max_iter, loosen tol, start closer to the fixed point, or check that f is a "
+            f"contraction there")
+    return xs
+
+
+def _tape_new(every, cap):
+    """The tape of a while loop's reverse mode that keeps some carries only:
+    every ``every``-th (every > 0), or with a spacing that doubles whenever
+    more than ``cap`` carries (cap 0: twice the spacing, about 2 sqrt(steps))
+    are kept.  ``_while_steps`` replays the steps between them."""
+    return {"every": max(every, 1), "fixed": every > 0, "cap": cap, "n": 0, "marks": []}
+
+
+def _tape_add(tape, carry):
+    """Record the carry a step starts from (kept when the step is a multiple
+    of the spacing)."""
+    every = tape["every"]
+    if tape["n"] % every == 0:
+        marks = tape["marks"]
+        marks.append(carry)
+        if not tape["fixed"] and len(marks) > (tape["cap"] or 2 * every):
+            tape["every"] = 2 * every        # keep the multiples of the new spacing
+            tape["marks"] = marks[::2]
+    tape["n"] += 1
+
+
+def _while_steps(tape, body, consts):
+    """The carries a while loop's steps started from, last first: the
+    tape's list, or the steps between its kept carries run again with
+    ``body(*carry, *consts)``, one segment at a time."""
+    if isinstance(tape, np.ndarray):
+        tape = tape[()]
+    if isinstance(tape, list):
+        yield from reversed(tape)
+        return
+    every, n, marks = tape["every"], tape["n"], tape["marks"]
+    for j in range(len(marks) - 1, -1, -1):
+        seg = [marks[j]]
+        for _ in range(min(every, n - j * every) - 1):
+            seg.append(tuple(body(*seg[-1], *consts)))
+        yield from reversed(seg)
