@@ -96,7 +96,7 @@ def test_every_folder_of_the_package_is_a_layer_or_a_face():
     folders = {m for m in _modules() if os.path.isdir(os.path.join(os.path.dirname(ROOT),
                                                                    *m.split(".")))}
     faces = {"tracegrad", "tracegrad.autograd", "tracegrad.autograd_compat", "tracegrad.nn",
-             "tracegrad.scipy", "tracegrad.backends"}
+             "tracegrad.optim", "tracegrad.utils", "tracegrad.scipy", "tracegrad.backends"}
     stray = sorted(f for f in folders - set(LAYERS) - set(TARGETS) - faces
                    if not f.startswith("tracegrad.autograd_compat."))
     assert not stray, f"folders that are neither a layer nor a public face: {stray}"

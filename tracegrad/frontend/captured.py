@@ -131,11 +131,14 @@ class Scope:
         self.why = {}        # id -> why it is frozen
         self.culprits = set()
         self.named = set()   # ids of the arrays the code names (a chain ends on them)
+        self.holders = {}    # id -> (object, description) of the __tracegrad_state__ objects
         self._scan(fn)
 
     # --- what is reachable ---------------------------------------------------------------
     def _scan(self, fn):
         seen = set()
+        if hasattr(type(fn), "__tracegrad_state__"):   # tg.compile(module): its own state
+            self._note(fn, code_deps.Read("obj", fn, None, (), "self"), seen, _SCAN_DEPTH)
         for r in code_deps.reads(fn):
             v = r.value()
             if v is not code_deps._UNSAFE:
@@ -152,6 +155,20 @@ class Scope:
         if liftable(v):
             self.add(v, read.desc, read)
             return
+        stores = getattr(type(v), "__tracegrad_state__", None)
+        if stores is not None:
+            # an object that keeps its arrays in named dicts of its own, nested
+            # (nn.Module: _parameters, _buffers, _modules), is searched through
+            # them at any depth: model.layer1.weight is read at call time
+            d = code_deps._instance_dict(v) or {}
+            self.holders.setdefault(id(v), (v, read.desc))
+            for attr in stores:
+                store = d.get(attr)
+                if type(store) is dict:
+                    sread = read.child(("attr", attr), f"{read.desc}.{attr}")
+                    for k, x in store.items():
+                        self._note(x, sread.child(("item", k), f"{read.desc}.{k}"), seen,
+                                   max(depth, 2))
         if depth <= 1:
             return
         got = code_deps._entries(v)
@@ -239,6 +256,15 @@ class Scope:
         """The checks the guard of this trace needs, and the EXPLAIN report;
         what this scope learnt joins the enclosing scope's."""
         checks, notes = [], []
+        # the Python attributes of a module the function calls (training,
+        # p, eps, ...) are read by library code no guard follows: each
+        # such object's own attributes are checked (a change retraces)
+        for o, d in self.holders.values():
+            checks.append(code_deps.Entries(o, d))
+            stores = getattr(type(o), "__tracegrad_state__", ())
+            for k, x in (code_deps._instance_dict(o) or {}).items():
+                if isinstance(x, dict) and k not in stores:   # its hooks, say
+                    checks.append(code_deps.Entries(x, f"{d}.{k}"))
         lifted = set()
         for src, obj, desc in zip(trace.implicit_src, trace.implicit, trace.implicit_desc):
             lifted.add(id(src))
@@ -317,7 +343,7 @@ def explain(fn, notes, unchecked=()):
     """Print the captured-state report of a trace (TRACEGRAD_EXPLAIN=1)."""
     if not os.environ.get("TRACEGRAD_EXPLAIN"):
         return
-    name = getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
+    name = getattr(fn, "__qualname__", getattr(fn, "__name__", type(fn).__name__))
     for n in list(notes) + [f"{u} is not checked: a change there is not seen"
                             for u in unchecked]:
         print(f"tracegrad: {name}: {n}", file=sys.stderr)

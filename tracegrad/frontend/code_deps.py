@@ -225,8 +225,9 @@ def _instance_dict(v):
     """A module's or a user object's own attribute dict (None for others)."""
     if isinstance(v, types.ModuleType):
         return vars(v)
-    if isinstance(v, (type, types.FunctionType)) or not _users_object(v):
-        return None
+    if isinstance(v, (type, types.FunctionType)) or not (
+            _users_object(v) or hasattr(type(v), "__tracegrad_state__")):
+        return None   # (__tracegrad_state__: a library's object that holds user state, nn.Module)
     try:
         d = object.__getattribute__(v, "__dict__")
     except AttributeError:

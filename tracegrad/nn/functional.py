@@ -16,9 +16,20 @@ Numerical care, as torch takes it:
 * branches that could overflow in the branch not taken (elu's exp, the
   norms' square roots at zero) are guarded, so no NaN leaks into gradients.
 
+The layers (conv1d/2d/3d, conv_transpose1d/2d, the pools, batch_norm,
+layer_norm, group_norm, embedding, bilinear, scaled_dot_product_attention)
+are compositions too: a convolution stacks one strided slice of the padded
+input per kernel offset (im2col) and multiplies by the weight; a transposed
+convolution dilates its input with zeros and convolves with the flipped
+weight.  A module's parameter met inside a compiled function is read at
+call time (``_lifted``).
+
 Differences from torch that remain are listed in docs (coming from PyTorch):
 ``inplace=True`` is refused, ``dropout`` inside a compiled function draws
-from NumPy's global random state, and a few error types.
+from NumPy's global random state, ``batch_norm`` in training mode (which
+updates the running statistics in place) is refused inside a compiled
+function, ``max_pool*(return_indices=True)`` and ``embedding(max_norm=)``
+are not supported, and a few error types.
 """
 from __future__ import annotations
 
@@ -48,6 +59,12 @@ __all__ = [
     "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "softmax", "log_softmax", "relu",
     "gelu", "silu", "tanh", "sigmoid", "softplus", "leaky_relu", "elu", "logsigmoid", "linear",
     "dropout", "one_hot", "normalize", "pad", "cosine_similarity",
+    "hardtanh", "relu6", "selu", "celu", "mish", "hardsigmoid", "hardswish", "softsign",
+    "tanhshrink", "hardshrink", "softshrink", "threshold", "glu", "prelu", "softmin", "kl_div",
+    "dropout1d", "dropout2d", "alpha_dropout", "bilinear", "conv1d", "conv2d", "conv3d",
+    "conv_transpose1d", "conv_transpose2d", "max_pool1d", "max_pool2d", "avg_pool1d",
+    "avg_pool2d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "batch_norm", "layer_norm",
+    "group_norm", "instance_norm", "embedding", "scaled_dot_product_attention",
 ]
 
 
@@ -96,6 +113,22 @@ def _value(v, like=None):
     if like is not None and a.dtype.kind in "biuf" and _dtype(like).kind == "f":
         a = a.astype(_dtype(like))
     return a
+
+
+def _lifted(v):
+    """A concrete Tensor (a module's parameter or buffer) met inside a
+    compiled function: the implicit input that reads it at call time, so
+    that what is computed from it alone (a transpose, a reshape) is computed
+    at call time too, and a rebinding of its data (module.double()) is seen
+    by the guard.  Anything else as it is."""
+    if isinstance(v, Tensor) and is_tracing():
+        from tracegrad.frontend import captured
+        root = captured.active_root()
+        if root is not None:
+            t = root._lift_operand(v)
+            if t is not None:
+                return t
+    return v
 
 
 def _cast_like(v, like):
@@ -520,6 +553,7 @@ def _ce_probabilities(logp, target, weight, ignore_index, reduction, label_smoot
 
 def linear(input, weight, bias=None):
     """input @ weight.T + bias (weight is (out_features, in_features), or (in,))."""
+    weight, bias = _lifted(weight), _lifted(bias)
     ws = _shape(weight)
     if len(ws) not in (1, 2):
         raise ArgumentError(f"F.linear: weight must be 1-d or 2-d (out_features, in_features), "
@@ -673,3 +707,747 @@ def pad(input, pad, mode="constant", value=None):
     if not any(a or b for a, b in width):
         return x
     return _np_pad(x, width, mode="constant", constant_values=0 if value is None else value)
+
+
+# --- more activations ----------------------------------------------------------------------
+
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
+    """x clipped to [min_val, max_val]; the gradient is 0 at and beyond the
+    bounds (as torch's hardtanh_backward)."""
+    _no_inplace("hardtanh", inplace)
+    if min_val > max_val:
+        raise ArgumentError("min_val cannot be greater than max_val")
+    return where(less(input, max_val) if min_val == -math.inf else
+                 logical_and(greater(input, min_val), less(input, max_val)), input,
+                 where(greater(input, min_val), float(max_val), float(min_val)))
+
+
+def relu6(input, inplace=False):
+    """min(max(x, 0), 6)."""
+    _no_inplace("relu6", inplace)
+    return hardtanh(input, 0.0, 6.0)
+
+
+def selu(input, inplace=False):
+    """scale * (x for x > 0, alpha (exp(x) - 1) otherwise), torch's constants."""
+    _no_inplace("selu", inplace)
+    return mul(elu(input, _SELU_ALPHA), _SELU_SCALE)
+
+
+def celu(input, alpha=1.0, inplace=False):
+    """x for x > 0, alpha (exp(x / alpha) - 1) otherwise."""
+    _no_inplace("celu", inplace)
+    if alpha == 0:
+        raise ArgumentError("ZeroDivisionError: alpha cannot be 0 for CELU")
+    neg_part = mul(expm1(div(clip(input, max=0.0), alpha)), alpha)
+    return where(greater(input, 0), input, neg_part)
+
+
+def mish(input, inplace=False):
+    """x * tanh(softplus(x))."""
+    _no_inplace("mish", inplace)
+    return mul(input, _tanh(softplus(input)))
+
+
+def hardsigmoid(input, inplace=False):
+    """relu6(x + 3) / 6 (gradient 1/6 strictly inside (-3, 3))."""
+    _no_inplace("hardsigmoid", inplace)
+    return div(hardtanh(add(input, 3.0), 0.0, 6.0), 6.0)
+
+
+def hardswish(input, inplace=False):
+    """x * relu6(x + 3) / 6."""
+    _no_inplace("hardswish", inplace)
+    return where(less(input, -3.0), mul(input, 0.0),
+                 where(greater(input, 3.0), input, div(mul(input, add(input, 3.0)), 6.0)))
+
+
+def softsign(input):
+    """x / (1 + |x|)."""
+    return div(input, add(_abs(input), 1.0))
+
+
+def tanhshrink(input):
+    """x - tanh(x)."""
+    return sub(input, _tanh(input))
+
+
+def hardshrink(input, lambd=0.5):
+    """x where |x| > lambd, else 0."""
+    return where(greater(_abs(input), lambd), input, mul(input, 0.0))
+
+
+def softshrink(input, lambd=0.5):
+    """x - lambd above lambd, x + lambd below -lambd, else 0."""
+    if lambd < 0:
+        raise ArgumentError(f"lambda must be greater or equal to 0, but found to be {lambd}.")
+    return where(greater(input, lambd), sub(input, lambd),
+                 where(less(input, -lambd), add(input, lambd), mul(input, 0.0)))
+
+
+def threshold(input, threshold, value, inplace=False):
+    """x where x > threshold, else value."""
+    _no_inplace("threshold", inplace)
+    return where(greater(input, threshold), input, astype(_value(value), _dtype(input)))
+
+
+def glu(input, dim=-1):
+    """a * sigmoid(b) for the halves a, b of input along dim."""
+    s = _shape(input)
+    if len(s) == 0:
+        raise ArgumentError("glu does not support scalars because halving size must be even")
+    d = dim % len(s)
+    if s[d] % 2:
+        raise ArgumentError(f"Halving dimension must be even, but dimension {d} is size {s[d]}")
+    h = s[d] // 2
+    a = getitem(input, (slice(None),) * d + (slice(0, h),))
+    b = getitem(input, (slice(None),) * d + (slice(h, None),))
+    return mul(a, _sigmoid(b))
+
+
+def prelu(input, weight):
+    """x for x > 0, weight * x otherwise; weight is one number or one per
+    channel (dim 1)."""
+    s = _shape(input)
+    weight = _lifted(weight)
+    ws = _shape(weight)
+    if len(ws) != 1:
+        raise ArgumentError("prelu: weight must be 1-d")
+    if ws[0] != 1:
+        ch = s[1] if len(s) >= 2 else (s[0] if s else 1)
+        if ws[0] != ch:
+            raise ArgumentError(f"Mismatch of parameter numbers and input channel size. Found "
+                                f"parameter numbers = {ws[0]} and channel size = {ch}.")
+        if len(s) >= 2:
+            weight = reshape(weight, (ws[0],) + (1,) * (len(s) - 2))
+    else:
+        weight = reshape(weight, ())
+    return where(greater(input, 0), input, mul(weight, input))
+
+
+def softmin(input, dim=None, _stacklevel=3, dtype=None):
+    """softmax(-x) along dim."""
+    return _nn.softmax(neg(input), _softmax_dim("softmin", len(_shape(input)), dim), dtype)
+
+
+# --- more losses ---------------------------------------------------------------------------
+
+def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
+    """target * (log target - input) (0 where target == 0), or
+    exp(target) * (target - input) with log_target=True; 'batchmean'
+    divides the sum by the batch size."""
+    if size_average is not None or reduce is not None:
+        reduction = _legacy_reduction(size_average, reduce, reduction)
+    if reduction == "mean":
+        warnings.warn("reduction: 'mean' divides the total loss by both the batch size and the "
+                      "support size.'batchmean' divides only by the batch size, and aligns with "
+                      "the KL div math definition.'mean' will be changed to behave the same as "
+                      "'batchmean' in the next major release.", UserWarning, stacklevel=2)
+    if reduction not in ("none", "mean", "sum", "batchmean"):
+        raise ArgumentError(f"{reduction} is not a valid value for reduction")
+    target = _value(target, input)
+    if log_target:
+        from tracegrad.ops.base import exp as _exp
+        loss = mul(_exp(target), sub(target, input))
+    else:
+        pos = greater(target, 0)
+        safe = where(pos, target, 1.0)
+        loss = where(pos, mul(target, sub(log(safe), input)), mul(target, 0.0))
+    if reduction == "batchmean":
+        s = _shape(input)
+        return div(_sum(loss), float(s[0]) if s else 1.0)
+    return _reduce(loss, reduction)
+
+
+# --- shapes, dropout variants, bilinear ----------------------------------------------------
+
+def _flatten(input, start_dim=0, end_dim=-1):
+    """torch.flatten: dims start_dim..end_dim merged into one."""
+    s = _shape(input)
+    if not s:
+        return reshape(input, (1,))
+    a, b = start_dim % len(s), end_dim % len(s)
+    if a > b:
+        raise ArgumentError("flatten() has invalid args: start_dim cannot come after end_dim")
+    return reshape(input, s[:a] + (int(np.prod(s[a:b + 1], dtype=np.int64)),) + s[b + 1:])
+
+
+def _keep_mask(shape, p, input):
+    """1.0 where an element is kept (probability 1 - p), else 0.0, in the
+    input's dtype: from tracegrad's generator eagerly, a fresh draw of NumPy's
+    global state inside a compiled function (as dropout)."""
+    dt = _dtype(input)
+    if is_tracing():
+        u = np.random.random(shape)
+        return astype(less(u, 1.0 - p), dt)
+    mask = (_RNG.gen.random(shape) < 1.0 - p).astype(dt)
+    if isinstance(input, Tensor) and not isinstance(input._data, np.ndarray):
+        mask = primitives.array_module(input._data).asarray(mask)
+    return mask
+
+
+def _feature_dropout(input, p, training, inplace, name, nd):
+    _no_inplace(name, inplace)
+    if not 0.0 <= p <= 1.0:
+        raise ArgumentError(f"dropout probability has to be between 0 and 1, but got {p}")
+    s = _shape(input)
+    if len(s) not in (nd + 1, nd + 2):
+        raise ArgumentError(f"{name}: Expected {nd + 1}D or {nd + 2}D input, but received a "
+                            f"{len(s)}D input")
+    if not training or p == 0:
+        return input
+    if p == 1:
+        return mul(input, 0.0)
+    mshape = s[:len(s) - nd] + (1,) * nd
+    return mul(input, mul(_keep_mask(mshape, p, input), 1.0 / (1.0 - p)))
+
+
+def dropout1d(input, p=0.5, training=True, inplace=False):
+    """Zero whole channels of (N, C, L) / (C, L) with probability p."""
+    return _feature_dropout(input, p, training, inplace, "dropout1d", 1)
+
+
+def dropout2d(input, p=0.5, training=True, inplace=False):
+    """Zero whole channels of (N, C, H, W) / (C, H, W) with probability p."""
+    return _feature_dropout(input, p, training, inplace, "dropout2d", 2)
+
+
+def alpha_dropout(input, p=0.5, training=False, inplace=False):
+    """Dropout for SELU networks: dropped elements take SELU's negative
+    saturation, then an affine map keeps mean and variance (torch's a, b)."""
+    _no_inplace("alpha_dropout", inplace)
+    if not 0.0 <= p <= 1.0:
+        raise ArgumentError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not training or p == 0:
+        return input
+    if p == 1:
+        return mul(input, 0.0)
+    alpha = 1.7580993408473766
+    a = 1.0 / math.sqrt((alpha * alpha * p + 1) * (1 - p))
+    noise = _keep_mask(_shape(input), p, input)
+    b = add(mul(sub(noise, 1.0), alpha * a), alpha * a * p)
+    return add(mul(input, mul(noise, a)), b)
+
+
+def bilinear(input1, input2, weight, bias=None):
+    """y[..., o] = sum_ij x1[..., i] A[o, i, j] x2[..., j] + b[o]."""
+    from tracegrad.ops.linalg import einsum
+    weight, bias = _lifted(weight), _lifted(bias)
+    if _shape(input1)[:-1] != _shape(input2)[:-1]:
+        raise ArgumentError("bilinear(): input batch dimensions do not match")
+    ws = _shape(weight)
+    if len(ws) != 3 or ws[1] != _shape(input1)[-1] or ws[2] != _shape(input2)[-1]:
+        raise ArgumentError(f"bilinear(): weight of shape {ws} does not match the inputs' last "
+                            f"dims {_shape(input1)[-1]} and {_shape(input2)[-1]}")
+    s = _shape(input1)
+    x1 = reshape(input1, (-1, s[-1]))
+    x2 = reshape(input2, (-1, _shape(input2)[-1]))
+    out = einsum("ni,oij,nj->no", x1, weight, x2)
+    out = reshape(out, s[:-1] + (ws[0],))
+    return out if bias is None else add(out, _value(bias, input1))
+
+
+# --- convolution and pooling ---------------------------------------------------------------
+# Written as compositions: a window of the (padded) input is a strided slice,
+# one per kernel offset; stacked, they are the patches (im2col) that a matmul
+# with the weight turns into the output.  The slices' and the matmul's rules
+# give every derivative.
+
+def _tuple(v, n, name):
+    if isinstance(v, (tuple, list)):
+        if len(v) == 1:
+            return tuple(int(v[0]) for _ in range(n))
+        if len(v) != n:
+            raise ArgumentError(f"{name} must be an int or a tuple of {n} ints, got {v}")
+        return tuple(int(a) for a in v)
+    return (int(v),) * n
+
+
+def _batched(input, nd, name):
+    """(input with a batch dim, whether one was added)."""
+    s = _shape(input)
+    if len(s) == nd + 1:
+        return expand_dims(input, 0), True
+    if len(s) != nd + 2:
+        raise ArgumentError(f"{name}: Expected {nd + 1}D (unbatched) or {nd + 2}D (batched) "
+                            f"input, but got input of size: {list(s)}")
+    return input, False
+
+
+def _out_len(L, k, s, d, lo, hi):
+    return (L + lo + hi - d * (k - 1) - 1) // s + 1
+
+
+def _patches(x, ks, stride, dilation, outs):
+    """(N, C, *spatial) already padded -> (N, C, K, *outs), K = prod(ks): the
+    window of each kernel offset, one strided slice each."""
+    import itertools
+    from tracegrad.ops.shape import stack
+    nd = len(ks)
+    views = []
+    for off in itertools.product(*(range(k) for k in ks)):
+        idx = (slice(None), slice(None)) + tuple(
+            slice(off[i] * dilation[i], off[i] * dilation[i] + stride[i] * (outs[i] - 1) + 1,
+                  stride[i]) for i in range(nd))
+        views.append(getitem(x, idx))
+    if len(views) == 1:
+        return expand_dims(views[0], 2)
+    return stack(views, axis=2)
+
+
+def _pad_spatial(x, widths, value=0.0):
+    """Pad the spatial dims (2, 3, ...) of x by (lo, hi) pairs (negative crops)."""
+    flat = []
+    for lo, hi in reversed(widths):
+        flat += [lo, hi]
+    if not any(flat):
+        return x
+    return pad(x, flat, mode="constant", value=value)
+
+
+def _conv_padding(padding, nd, ks, dilation, stride, name):
+    """(lo, hi) per spatial dim from an int, a tuple, 'valid' or 'same'."""
+    if isinstance(padding, str):
+        if padding == "valid":
+            return [(0, 0)] * nd
+        if padding == "same":
+            if any(s != 1 for s in stride):
+                raise ArgumentError(f"{name}: padding='same' is not supported for strided "
+                                    f"convolutions")
+            out = []
+            for k, d in zip(ks, dilation):
+                total = d * (k - 1)
+                out.append((total // 2, total - total // 2))
+            return out
+        raise ArgumentError(f"Invalid padding string {padding!r}, should be one of "
+                            f"{{'valid', 'same'}}")
+    return [(p, p) for p in _tuple(padding, nd, "padding")]
+
+
+def _convnd(input, weight, bias, stride, padding, dilation, groups, nd, name):
+    x, unbatched = _batched(input, nd, name)
+    weight, bias = _lifted(weight), _lifted(bias)
+    ws = _shape(weight)
+    if len(ws) != nd + 2:
+        raise ArgumentError(f"{name}: Expected {nd + 2}-dimensional weight, got weight of size "
+                            f"{list(ws)}")
+    ks = ws[2:]
+    stride = _tuple(stride, nd, "stride")
+    dilation = _tuple(dilation, nd, "dilation")
+    widths = _conv_padding(padding, nd, ks, dilation, stride, name)
+    N, C = _shape(x)[:2]
+    O = ws[0]
+    if groups < 1 or C % groups or O % groups:
+        raise ArgumentError(f"{name}: in_channels ({C}) and out_channels ({O}) must both be "
+                            f"divisible by groups ({groups})")
+    if ws[1] * groups != C:
+        raise ArgumentError(f"Given groups={groups}, weight of size {list(ws)}, expected "
+                            f"input{list(_shape(input))} to have {ws[1] * groups} channels, but "
+                            f"got {C} channels instead")
+    x = _pad_spatial(x, widths)
+    sp = _shape(x)[2:]
+    outs = tuple(_out_len(sp[i], ks[i], stride[i], dilation[i], 0, 0) for i in range(nd))
+    if any(o <= 0 for o in outs):
+        raise ArgumentError(f"{name}: the kernel (dilated: "
+                            f"{[d * (k - 1) + 1 for k, d in zip(ks, dilation)]}) is larger "
+                            f"than the padded input {list(sp)}")
+    K = int(np.prod(ks, dtype=np.int64))
+    L = int(np.prod(outs, dtype=np.int64))
+    G = groups
+    cols = reshape(_patches(x, ks, stride, dilation, outs), (N, G, (C // G) * K, L))
+    w = reshape(weight, (G, O // G, (C // G) * K))
+    out = reshape(matmul(w, cols), (N, O) + outs)
+    if bias is not None:
+        out = add(out, reshape(_value(bias, input), (O,) + (1,) * nd))
+    return reshape(out, (O,) + outs) if unbatched else out
+
+
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """1-d cross-correlation: input (N, C_in, L), weight (C_out, C_in/groups, k)."""
+    return _convnd(input, weight, bias, stride, padding, dilation, groups, 1, "conv1d")
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """2-d cross-correlation: input (N, C_in, H, W), weight (C_out, C_in/groups, kH, kW)."""
+    return _convnd(input, weight, bias, stride, padding, dilation, groups, 2, "conv2d")
+
+
+def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """3-d cross-correlation: input (N, C_in, D, H, W)."""
+    return _convnd(input, weight, bias, stride, padding, dilation, groups, 3, "conv3d")
+
+
+def _dilate(x, axis, s):
+    """Insert s - 1 zeros between neighbouring elements along ``axis``."""
+    from tracegrad.ops.shape import concatenate
+    if s == 1:
+        return x
+    sh = _shape(x)
+    e = expand_dims(x, axis + 1)
+    zshape = sh[:axis + 1] + (s - 1,) + sh[axis + 1:]
+    z = np.zeros(zshape, dtype=_dtype(x))
+    if isinstance(x, Tensor) and not isinstance(x._data, np.ndarray):
+        z = primitives.array_module(x._data).asarray(z)
+    joined = concatenate([e, z], axis=axis + 1)
+    merged = reshape(joined, sh[:axis] + (sh[axis] * s,) + sh[axis + 1:])
+    return getitem(merged, (slice(None),) * axis + (slice(0, sh[axis] * s - (s - 1)),))
+
+
+def _conv_transposend(input, weight, bias, stride, padding, output_padding, groups, dilation,
+                      nd, name):
+    from tracegrad.ops.shape import flip
+    x, unbatched = _batched(input, nd, name)
+    weight, bias = _lifted(weight), _lifted(bias)
+    ws = _shape(weight)
+    if len(ws) != nd + 2:
+        raise ArgumentError(f"{name}: Expected {nd + 2}-dimensional weight, got {list(ws)}")
+    ks = ws[2:]
+    stride = _tuple(stride, nd, "stride")
+    padding = _tuple(padding, nd, "padding")
+    output_padding = _tuple(output_padding, nd, "output_padding")
+    dilation = _tuple(dilation, nd, "dilation")
+    for op, s, d in zip(output_padding, stride, dilation):
+        if op >= s and op >= d:
+            raise ArgumentError(f"{name}: output padding must be smaller than either stride or "
+                                f"dilation, got output_padding={output_padding}")
+    C = _shape(x)[1]
+    G = groups
+    if ws[0] != C or C % G:
+        raise ArgumentError(f"Given transposed=1, weight of size {list(ws)}, expected input"
+                            f"{list(_shape(input))} to have {ws[0]} channels, but got {C} "
+                            f"channels instead")
+    Og = ws[1]
+    for i in range(nd):
+        x = _dilate(x, 2 + i, stride[i])
+    widths = [(dilation[i] * (ks[i] - 1) - padding[i],
+               dilation[i] * (ks[i] - 1) - padding[i] + output_padding[i]) for i in range(nd)]
+    x = _pad_spatial(x, widths)
+    # the equivalent convolution's weight: (G, C/G, O/G, k) -> (O, C/G, k), flipped
+    w = reshape(weight, (G, C // G, Og) + ks)
+    w = swapaxes(w, 1, 2)
+    w = reshape(w, (G * Og, C // G) + ks)
+    w = flip(w, axis=tuple(range(2, 2 + nd)))
+    out = _convnd(x, w, bias, 1, 0, dilation, G, nd, name)
+    return getitem(out, 0) if unbatched else out
+
+
+def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                     dilation=1):
+    """The transpose (gradient) of conv1d: weight (C_in, C_out/groups, k)."""
+    return _conv_transposend(input, weight, bias, stride, padding, output_padding, groups,
+                             dilation, 1, "conv_transpose1d")
+
+
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                     dilation=1):
+    """The transpose (gradient) of conv2d: weight (C_in, C_out/groups, kH, kW)."""
+    return _conv_transposend(input, weight, bias, stride, padding, output_padding, groups,
+                             dilation, 2, "conv_transpose2d")
+
+
+def _pool_geometry(sp, ks, stride, padding, dilation, ceil_mode, name):
+    outs, widths = [], []
+    for i, L in enumerate(sp):
+        k, s, p, d = ks[i], stride[i], padding[i], dilation[i]
+        if p > k // 2:
+            raise ArgumentError(f"{name}: pad should be at most half of effective kernel size, "
+                                f"but got pad={p}, kernel_size={k}")
+        num = L + 2 * p - d * (k - 1) - 1
+        o = (num + (s - 1 if ceil_mode else 0)) // s + 1
+        if ceil_mode and (o - 1) * s >= L + p:
+            o -= 1
+        if o <= 0:
+            raise ArgumentError(f"{name}: Given input size {list(sp)}, the output size is too "
+                                f"small")
+        hi = max((o - 1) * s + d * (k - 1) + 1 - L - p, 0)
+        outs.append(o)
+        widths.append((p, hi))
+    return tuple(outs), widths
+
+
+def _pool_args(kernel_size, stride, padding, dilation, nd):
+    ks = _tuple(kernel_size, nd, "kernel_size")
+    stride = ks if stride is None or (isinstance(stride, (list, tuple)) and not stride) else \
+        _tuple(stride, nd, "stride")
+    return ks, stride, _tuple(padding, nd, "padding"), _tuple(dilation, nd, "dilation")
+
+
+def _max_poolnd(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, nd,
+                name):
+    if return_indices:
+        raise NotImplementedError(f"F.{name}(..., return_indices=True) is not supported by "
+                                  f"tracegrad yet")
+    x, unbatched = _batched(input, nd, name)
+    ks, stride, padding, dilation = _pool_args(kernel_size, stride, padding, dilation, nd)
+    outs, widths = _pool_geometry(_shape(x)[2:], ks, stride, padding, dilation, ceil_mode, name)
+    x = _pad_spatial(x, widths, value=-math.inf)
+    out = amax(_patches(x, ks, stride, dilation, outs), axis=2)
+    return getitem(out, 0) if unbatched else out
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    return _max_poolnd(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices,
+                       1, "max_pool1d")
+
+
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    return _max_poolnd(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices,
+                       2, "max_pool2d")
+
+
+def _avg_poolnd(input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                divisor_override, nd, name):
+    x, unbatched = _batched(input, nd, name)
+    ks, stride, padding, dilation = _pool_args(kernel_size, stride, padding, 1, nd)
+    sp = _shape(x)[2:]
+    outs, widths = _pool_geometry(sp, ks, stride, padding, dilation, ceil_mode, name)
+    xp = _pad_spatial(x, widths)
+    total = _sum(_patches(xp, ks, stride, dilation, outs), axis=2)
+    if divisor_override:
+        out = div(total, float(divisor_override))
+    else:
+        # the divisor of each window: the positions it covers inside the input
+        # (count_include_pad=False) or inside the input and its padding
+        full = tuple(lo + L + hi for (lo, hi), L in zip(widths, sp))
+        region = np.zeros(full)
+        inner = tuple(slice(lo - (padding[i] if count_include_pad else 0),
+                            lo + sp[i] + (padding[i] if count_include_pad else 0))
+                      for i, (lo, _) in enumerate(widths))
+        region[inner] = 1.0
+        cnt = region
+        import itertools
+        counts = np.zeros(outs)
+        for off in itertools.product(*(range(k) for k in ks)):
+            idx = tuple(slice(off[i], off[i] + stride[i] * (outs[i] - 1) + 1, stride[i])
+                        for i in range(nd))
+            counts += cnt[idx]
+        counts = counts.astype(_dtype(x))
+        if isinstance(x, Tensor) and not isinstance(x._data, np.ndarray):
+            counts = primitives.array_module(x._data).asarray(counts)
+        out = div(total, counts)
+    return getitem(out, 0) if unbatched else out
+
+
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True):
+    return _avg_poolnd(input, kernel_size, stride, padding, ceil_mode, count_include_pad, None,
+                       1, "avg_pool1d")
+
+
+def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    return _avg_poolnd(input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                       divisor_override, 2, "avg_pool2d")
+
+
+def _adaptive_matrix(L, O):
+    """(O, L) averaging matrix: row i averages [floor(iL/O), ceil((i+1)L/O))."""
+    m = np.zeros((O, L))
+    for i in range(O):
+        a = (i * L) // O
+        b = -((-(i + 1) * L) // O)
+        m[i, a:b] = 1.0 / (b - a)
+    return m
+
+
+def _adaptive_avg_poolnd(input, output_size, nd, name):
+    x, unbatched = _batched(input, nd, name)
+    sp = _shape(x)[2:]
+    if not isinstance(output_size, (tuple, list)):
+        output_size = (output_size,) * nd
+    outs = tuple(sp[i] if o is None else int(o) for i, o in enumerate(output_size))
+    dt = _dtype(x)
+    for i in range(nd):
+        m = _adaptive_matrix(sp[i], outs[i]).astype(dt)
+        if isinstance(x, Tensor) and not isinstance(x._data, np.ndarray):
+            m = primitives.array_module(x._data).asarray(m)
+        ax = 2 + i
+        x = swapaxes(matmul(m, swapaxes(x, ax, -2)), ax, -2)
+    return getitem(x, 0) if unbatched else x
+
+
+def adaptive_avg_pool1d(input, output_size):
+    return _adaptive_avg_poolnd(input, output_size, 1, "adaptive_avg_pool1d")
+
+
+def adaptive_avg_pool2d(input, output_size):
+    return _adaptive_avg_poolnd(input, output_size, 2, "adaptive_avg_pool2d")
+
+
+# --- normalisation -------------------------------------------------------------------------
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
+               momentum=0.1, eps=1e-5):
+    """Normalise over every dim but the channel dim (1): with the batch's
+    statistics when training (updating running_mean / running_var in place,
+    the variance unbiased there, as torch), with the running ones otherwise."""
+    s = _shape(input)
+    if len(s) < 2:
+        raise ArgumentError(f"batch_norm: expected at least 2D input (got {len(s)}D input)")
+    weight, bias = _lifted(weight), _lifted(bias)
+    C = s[1]
+    axes = (0,) + tuple(range(2, len(s)))
+    bshape = (1, C) + (1,) * (len(s) - 2)
+    if training:
+        n = int(np.prod([s[a] for a in axes], dtype=np.int64))
+        if n <= 1:
+            raise ArgumentError(f"Expected more than 1 value per channel when training, got "
+                                f"input size {_size(s)}")
+        mean = _mean(input, axis=axes, keepdims=True)
+        centred = sub(input, mean)
+        var = _mean(square(centred), axis=axes, keepdims=True)
+        if running_mean is not None or running_var is not None:
+            m = 0.0 if momentum is None else momentum
+            _update_running(running_mean, reshape(mean, (C,)), m)
+            _update_running(running_var, mul(reshape(var, (C,)), n / (n - 1)), m)
+        out = div(centred, sqrt(add(var, eps)))
+    else:
+        if running_mean is None or running_var is None:
+            raise ArgumentError("batch_norm in eval mode needs running_mean and running_var")
+        out = div(sub(input, reshape(_value(_lifted(running_mean), input), bshape)),
+                  sqrt(add(reshape(_value(_lifted(running_var), input), bshape), eps)))
+    if weight is not None:
+        out = mul(out, reshape(_value(weight, input), bshape))
+    if bias is not None:
+        out = add(out, reshape(_value(bias, input), bshape))
+    return out
+
+
+def _update_running(buf, stat, momentum):
+    """buf = (1 - momentum) buf + momentum stat, in place, off the tape."""
+    if buf is None:
+        return
+    if not isinstance(buf, Tensor):
+        raise ArgumentError("batch_norm: running statistics must be Tensors (updated in place)")
+    if is_tracing():
+        raise NotImplementedError(
+            "batch_norm in training mode inside a compiled function would update "
+            "running_mean/running_var in place, which the compiled code cannot do yet: "
+            "call the model in eval mode (model.eval()) inside tg.compile/tg.grad, or "
+            "pass running_mean=None, running_var=None")
+    val = stat._data if isinstance(stat, Tensor) else np.asarray(stat)
+    buf._data[...] = (1.0 - momentum) * buf._data + momentum * val.astype(buf.dtype)
+    buf._vbox[0] += 1
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """Normalise over the last len(normalized_shape) dims (biased variance)."""
+    if isinstance(normalized_shape, int):
+        normalized_shape = (normalized_shape,)
+    normalized_shape = tuple(normalized_shape)
+    weight, bias = _lifted(weight), _lifted(bias)
+    s = _shape(input)
+    k = len(normalized_shape)
+    if s[len(s) - k:] != normalized_shape:
+        raise ArgumentError(f"Given normalized_shape={list(normalized_shape)}, expected input "
+                            f"with shape [*, {', '.join(map(str, normalized_shape))}], but got "
+                            f"input of size{list(s)}")
+    axes = tuple(range(len(s) - k, len(s)))
+    mean = _mean(input, axis=axes, keepdims=True)
+    centred = sub(input, mean)
+    var = _mean(square(centred), axis=axes, keepdims=True)
+    out = div(centred, sqrt(add(var, eps)))
+    if weight is not None:
+        out = mul(out, _value(weight, input))
+    if bias is not None:
+        out = add(out, _value(bias, input))
+    return out
+
+
+def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
+    """Normalise each group of C / num_groups channels over it and the
+    spatial dims, then a per-channel affine map."""
+    s = _shape(input)
+    if len(s) < 2:
+        raise ArgumentError(f"Expected at least 2 dimensions for input tensor but received "
+                            f"{len(s)}")
+    N, C = s[:2]
+    if C % num_groups:
+        raise ArgumentError(f"Expected number of channels in input to be divisible by "
+                            f"num_groups, but got input of shape {list(s)} and num_groups="
+                            f"{num_groups}")
+    weight, bias = _lifted(weight), _lifted(bias)
+    g = reshape(input, (N, num_groups, -1))
+    mean = _mean(g, axis=2, keepdims=True)
+    centred = sub(g, mean)
+    var = _mean(square(centred), axis=2, keepdims=True)
+    out = reshape(div(centred, sqrt(add(var, eps))), s)
+    bshape = (1, C) + (1,) * (len(s) - 2)
+    if weight is not None:
+        out = mul(out, reshape(_value(weight, input), bshape))
+    if bias is not None:
+        out = add(out, reshape(_value(bias, input), bshape))
+    return out
+
+
+def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,
+                  use_input_stats=True, momentum=0.1, eps=1e-5):
+    """Normalise each (sample, channel) over its spatial dims."""
+    if not use_input_stats or running_mean is not None or running_var is not None:
+        raise NotImplementedError("F.instance_norm with running statistics is not supported by "
+                                  "tracegrad yet")
+    s = _shape(input)
+    return group_norm(input, s[1], weight, bias, eps)
+
+
+# --- embedding and attention ---------------------------------------------------------------
+
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
+              scale_grad_by_freq=False, sparse=False):
+    """Rows of weight picked by the integer indices in input; the row at
+    padding_idx gets no gradient (as torch)."""
+    if _dtype(input).kind not in "iu":
+        raise DtypeError(f"Expected tensor for argument #1 'indices' to have one of the "
+                         f"following scalar types: Long, Int; but got {_dtype(input)} instead "
+                         f"(while checking arguments for embedding)")
+    if max_norm is not None or scale_grad_by_freq or sparse:
+        raise NotImplementedError("F.embedding(max_norm=, scale_grad_by_freq=, sparse=) is not "
+                                  "supported by tracegrad yet")
+    ws = _shape(weight)
+    if len(ws) != 2:
+        raise ArgumentError("'weight' must be 2-D")
+    t = _concrete(input)
+    if t is not None and t.size and (t.min() < -ws[0] or t.max() >= ws[0]):
+        raise IndexError("index out of range in self")
+    out = getitem(_lifted(weight), _value(input))
+    if padding_idx is not None:
+        if padding_idx < 0:
+            padding_idx += ws[0]
+        hit = expand_dims(equal(_value(input), padding_idx), -1)
+        out = where(hit, stop_gradient(out), out)
+    return out
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, scale=None, enable_gqa=False):
+    """softmax(q k^T * scale + mask) v; a boolean mask keeps True places, a
+    float mask is added; is_causal masks the upper triangle."""
+    qs, ks = _shape(query), _shape(key)
+    L, S, E = qs[-2], ks[-2], qs[-1]
+    scale = 1.0 / math.sqrt(E) if scale is None else scale
+    if enable_gqa and qs[-3] != ks[-3]:
+        from tracegrad.ops import repeat_interleave
+        rep = qs[-3] // ks[-3]
+        key = repeat_interleave(key, rep, axis=-3)
+        value = repeat_interleave(value, rep, axis=-3)
+    scores = mul(matmul(query, swapaxes(key, -2, -1)), scale)
+    if is_causal:
+        if attn_mask is not None:
+            raise ArgumentError("_scaled_dot_product_attention: Explicit attn_mask should not be "
+                                "set when is_causal=True")
+        attn_mask = np.tril(np.ones((L, S), dtype=bool))
+    if attn_mask is not None:
+        if _dtype(attn_mask) == np.bool_:
+            scores = where(_value(attn_mask), scores, -math.inf)
+        else:
+            scores = add(scores, _value(attn_mask, query))
+    attn = _nn.softmax(scores, -1)
+    if dropout_p > 0.0:
+        attn = dropout(attn, dropout_p, True)
+    return matmul(attn, value)

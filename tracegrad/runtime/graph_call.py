@@ -117,13 +117,23 @@ class GraphFunction:
         self._derived = {}
 
     @classmethod
-    def from_trace(cls, trace, names, name):
+    def from_trace(cls, trace, names, name, captured_tensors_wrt=False):
+        """captured_tensors_wrt: the captured Tensors of a floating dtype (an
+        nn.Module's parameters) are differentiated too, as the arguments (a
+        compiled call on the tape gives them their gradients)."""
         def make():
             from tracegrad.runtime import pipeline
             return pipeline.graph_of(trace)
         n_in = len(trace.inputs)
-        gf = cls(trace.structure_hash(), make, name, n_in, len(trace.outputs),
-                 fixed=range(n_in - len(trace.implicit), n_in))
+        n_cap = len(trace.implicit)
+        diff = [j for j, src in enumerate(trace.implicit_src)
+                if captured_tensors_wrt and hasattr(src, "grad_fn")
+                and np.dtype(src.dtype).kind in "fc"]
+        key = trace.structure_hash()
+        if diff:
+            key += "/captured-wrt-" + "-".join(map(str, diff))
+        gf = cls(key, make, name, n_in, len(trace.outputs),
+                 fixed=[n_in - n_cap + j for j in range(n_cap) if j not in diff])
         gf.backend = trace.backend
         return gf
 
