@@ -502,3 +502,65 @@ def test_converted_while_loops_follow_the_loop_checkpoint_setting(monkeypatch):
     assert "_tape_new(" in low.source and "_while_steps(" in low.source
     np.testing.assert_allclose(tg.grad(halvings)(x), tg.grad(halvings, compile=False)(x),
                                rtol=1e-12)
+
+
+# --- methods of the user's classes ---------------------------------------------------------------
+
+class _Block:
+    def __init__(self, w):
+        self.w = w
+
+    def __call__(self, x):
+        y = x * self.w
+        while np.sum(y ** 2) > 1.0:
+            y = y * 0.5
+        return y
+
+
+class _Model:
+    def __init__(self):
+        self.blocks = [_Block(2.0), _Block(3.0)]
+
+    def __call__(self, x):
+        for b in self.blocks:
+            x = b(x)
+        if x.sum() > 0:
+            return np.sum(x ** 2)
+        return -np.sum(x)
+
+
+def test_callable_objects_and_their_parts_convert():
+    m = _Model()
+    for x in (np.array([0.3, 0.4]), np.array([-0.3, 0.1])):
+        v, g = tg.value_and_grad(m, fallback=False)(x)
+        np.testing.assert_allclose(v, m(x), rtol=1e-12)
+        np.testing.assert_allclose(g, tg.grad(m, compile=False)(x), rtol=1e-12)
+
+
+def test_an_nn_module_with_a_branch_compiles_and_trains():
+    class Net(tg.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = tg.nn.Linear(3, 3, dtype=tg.float64)
+
+        def forward(self, x):
+            y = self.lin(x)
+            if y.sum() > 0:         # on the parameters and the input
+                y = y.relu()
+            else:
+                y = -y
+            return y.sum()
+    tg.manual_seed(0)
+    net = Net()
+    compiled = tg.compile(net, fallback=False)
+    for data in ([0.5, -0.2, 0.1], [-3.0, 2.0, -1.0]):
+        x = tg.tensor(data, dtype=tg.float64)
+        out = compiled(x)
+        out.backward()
+        g = net.lin.weight.grad.clone()
+        net.zero_grad()
+        ref = net(x)
+        ref.backward()
+        np.testing.assert_allclose(out.item(), ref.item(), rtol=1e-12)
+        np.testing.assert_allclose(g.numpy(), net.lin.weight.grad.numpy(), rtol=1e-12)
+        net.zero_grad()

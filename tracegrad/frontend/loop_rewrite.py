@@ -526,6 +526,39 @@ class CalledFunctions:
             entry[1] += 1
         self.mine.append(fn)
 
+    def enter_methods(self, obj, depth=0, seen=None):
+        """The methods of the user's classes that a traced callable object
+        (an ``nn.Module``, a bound method's object) reaches through itself
+        and its attributes (sub-modules, lists and dicts of them): their
+        code is rewritten as a called function's is (``self.forward(x)`` is
+        an attribute lookup, which no global or closure name shows)."""
+        seen = set() if seen is None else seen
+        if isinstance(obj, types.MethodType):
+            obj = obj.__self__
+        if depth > 3 or id(obj) in seen or isinstance(obj, (types.FunctionType, type,
+                                                             types.ModuleType)):
+            return
+        seen.add(id(obj))
+        if isinstance(obj, (list, tuple)):
+            for v in obj[:64]:
+                self.enter_methods(v, depth + 1, seen)
+            return
+        if isinstance(obj, dict):
+            for v in list(obj.values())[:64]:
+                self.enter_methods(v, depth + 1, seen)
+            return
+        cls = type(obj)
+        if cls.__module__ in ("builtins", "numpy") or not hasattr(obj, "__dict__"):
+            return
+        for klass in cls.__mro__:
+            for v in vars(klass).values():
+                if type(v) is types.FunctionType:
+                    self.enter(v)
+        for v in list(vars(obj).values())[:256]:
+            if isinstance(v, (list, tuple, dict)) or (hasattr(v, "__dict__") and not isinstance(
+                    v, np.ndarray)):
+                self.enter_methods(v, depth + 1, seen)
+
     def restore(self):
         with self._lock:
             for fn in reversed(self.mine):

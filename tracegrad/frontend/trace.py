@@ -19,6 +19,7 @@ import os
 import re
 import sys
 import threading
+import types
 import weakref
 
 import numpy as np
@@ -42,12 +43,15 @@ class ValueDependentTraceError(TraceError):
     control flow that cannot become graph control flow, a conversion to a
     Python number): ``where`` is file:line, ``reason`` what was asked.  A
     compiled transform then runs the function eagerly for that signature
-    (``tracegrad.api``), unless its fallback is off."""
+    (``tracegrad.api``), unless its fallback is off.  ``on_arguments``: the
+    value depends on the function's arguments (freezing captured state
+    would not make it known)."""
 
-    def __init__(self, message, where=None, reason=None):
+    def __init__(self, message, where=None, reason=None, on_arguments=True):
         super().__init__(message)
         self.where = where
         self.reason = reason
+        self.on_arguments = on_arguments
 
 
 _INTERNAL_CODE = {}    # code object -> is it tracegrad's (or the interpreter's)?
@@ -265,7 +269,8 @@ class Tracer(ArrayMethods):
             f"on values that record the tape, so its control flow may depend on values.",
             **({} if kind is TraceError else dict(
                 where=f"{os.path.basename(loc[0])}:{loc[1]}" if loc else None,
-                reason=what.split(" (")[0] + " of a traced value")))
+                reason=what.split(" (")[0] + " of a traced value",
+                on_arguments=self._trace.depends_on_arguments(self.id))))
 
     def _known(self, what):
         """The value of a constant array for a conversion ``what``; an error
@@ -967,6 +972,22 @@ class Trace:
         return ref is not None and ref() is value
 
     # --- reading --------------------------------------------------------------------
+    def depends_on_arguments(self, nid):
+        """Does node ``nid`` depend on an argument of the traced function (or,
+        in a loop or branch body, on the body's inputs)?  A value computed
+        from captured state only becomes known when that state is frozen."""
+        args = set(self.inputs[:len(self.arguments)])
+        seen, stack = set(), [nid]
+        while stack:
+            n = self.nodes[stack.pop()]
+            if n.id in seen:
+                continue
+            seen.add(n.id)
+            if n.op == "input" and (self.is_body or n.id in args):
+                return True
+            stack.extend(n.inputs)
+        return False
+
     def input_names_behind(self, nid):
         """Names of the inputs a node depends on (for error messages)."""
         seen, stack, names = set(), [nid], []
@@ -1176,7 +1197,8 @@ def trace_function(fn, leaves_avals, rebuild_args, names, backend="numpy", faces
             # input: trace again with it frozen (never twice the same way);
             # control flow on any other value: trace again with the control
             # flow converted into cond and while nodes (branch_rewrite)
-            blamed_capture = any(c not in scope.frozen for c in scope.culprits)
+            blamed_capture = any(c not in scope.frozen for c in scope.culprits) and not (
+                isinstance(e, ValueDependentTraceError) and e.on_arguments)
             if isinstance(e, ValueDependentTraceError) and not control and not blamed_capture \
                     and loop_rewrite.enabled():
                 control = True
@@ -1248,7 +1270,15 @@ def _trace_once(fn, run, leaves_avals, rebuild_args, names, backend, faces, func
         # blocks stop the gradient of what they compute (_trace_bind)
         trace.user_code = True
         with foreign_writes_explained(), _enable_grad():
-            out = indexable_constants(run, functions, lift, created.substitute)(*args, **kwargs)
+            if functions is not None and not isinstance(fn, types.FunctionType):
+                functions.enter_methods(fn)   # a callable object's (a method's) own class
+            try:
+                call = indexable_constants(run, functions, lift, created.substitute)
+            except BaseException:
+                if functions is not None:
+                    functions.restore()
+                raise
+            out = call(*args, **kwargs)        # (which restores the functions when it ends)
         out_leaves, out_tree = tree_flatten(out)
         for o in out_leaves:
             if isinstance(o, Tracer):
