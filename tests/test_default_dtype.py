@@ -12,14 +12,27 @@ def float32_default():
     try:
         yield
     finally:
-        tg.set_default_dtype(tg.float64)
+        tg.set_default_dtype(tg.float32)
 
 
-def test_tracegrad_default_is_float64():
-    assert tg.get_default_dtype() == np.float64
-    assert tg.tensor([1.5]).dtype == np.float64
-    assert tg.zeros(3).dtype == np.float64
+def test_tracegrad_default_is_float32_as_torch():
+    assert tg.get_default_dtype() == np.float32
+    assert tg.tensor([1.5]).dtype == np.float32
+    assert tg.zeros(3).dtype == np.float32
     assert tg.get_default_device() == tg.device("cpu")
+
+
+def test_float64_default_switches_back():
+    tg.set_default_dtype(tg.float64)
+    try:
+        assert tg.tensor([1.5]).dtype == np.float64
+        assert tg.zeros(3).dtype == np.float64
+        assert tg.linspace(0, 1, 3).dtype == np.float64
+        assert (tg.tensor([1, 2]) * 2.5).dtype == np.float64
+        assert tg.tensor([1j]).dtype == np.complex128
+    finally:
+        tg.set_default_dtype(tg.float32)
+    assert tg.zeros(1).dtype == np.float32
 
 
 def test_float32_default_reaches_every_constructor(float32_default):
@@ -62,7 +75,7 @@ def test_float32_default_repr_and_grad(float32_default):
 def test_set_default_dtype_refuses_non_floating(bad):
     with pytest.raises(TypeError, match="only floating-point types"):
         tg.set_default_dtype(bad)
-    assert tg.get_default_dtype() == np.float64
+    assert tg.get_default_dtype() == np.float32
 
 
 def test_set_default_dtype_accepts_names_and_half():
@@ -72,8 +85,8 @@ def test_set_default_dtype_accepts_names_and_half():
         tg.set_default_dtype(tg.half)
         assert tg.tensor([1.5]).dtype == np.float16
     finally:
-        tg.set_default_dtype(tg.float64)
-    assert tg.zeros(1).dtype == np.float64
+        tg.set_default_dtype(tg.float32)
+    assert tg.zeros(1).dtype == np.float32
 
 
 def test_set_default_device_cpu():
@@ -130,7 +143,7 @@ def test_torch_parity_default_dtype():
                 tg.set_default_dtype(tg.int32)
     finally:
         torch.set_default_dtype(before)
-        tg.set_default_dtype(tg.float64)
+        tg.set_default_dtype(tg.float32)
 
 
 def test_device_as_context_manager():

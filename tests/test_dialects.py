@@ -347,8 +347,8 @@ def test_vjp_and_jvp_without_compiling_match_the_compiled_ones():
 def test_torch_equal_allclose_isclose_are_torchs():
     # torch.equal is ONE bool (torch.eq and == compare elementwise); NumPy's
     # np.equal stays elementwise
-    a = tg.tensor([1.0, 2.0, float("inf")])
-    b = tg.tensor([1.0, 2.0 + 1e-7, float("inf")])
+    a = tg.tensor([1.0, 2.0, float("inf")], dtype=tg.float64)
+    b = tg.tensor([1.0, 2.0 + 1e-7, float("inf")], dtype=tg.float64)
     assert tg.equal(a, a) is True and a.equal(a.clone()) is True
     assert tg.equal(a, b) is False and tg.equal(a, tg.tensor([1.0, 2.0])) is False
     assert tg.allclose(a, b) is True and a.allclose(b) is True

@@ -339,7 +339,7 @@ def test_two_leaves_never_share_a_grad_array():
 
 def test_user_gradient_is_never_modified():
     x = leaf()
-    g = tg.tensor([1.0, 2.0, 3.0])
+    g = tg.tensor([1.0, 2.0, 3.0], dtype=tg.float64)
     x.backward(g)  # x is a leaf: the root gradient goes straight to AccumulateGrad
     x.backward(g)
     assert arr(g).tolist() == [1.0, 2.0, 3.0]
@@ -349,7 +349,7 @@ def test_user_gradient_is_never_modified():
     y.backward(g)
     y.grad.add_(100.0)
     assert arr(g).tolist() == [1.0, 2.0, 3.0]
-    x.grad = tg.zeros(3)
+    x.grad = tg.zeros(3, dtype=tg.float64)
     user = x.grad
     (x * 2).sum().backward()  # accumulates into the assigned .grad in place (torch rule 3)
     assert x.grad is user and arr(user).tolist() == [2.0, 2.0, 2.0]

@@ -353,7 +353,7 @@ def test_saved_tensor_modified_in_place_is_caught():
             x, = ctx.saved_tensors
             return g * 2 * x
 
-    x = tg.tensor([1.0, 2.0], requires_grad=True)
+    x = tg.tensor([1.0, 2.0], dtype=tg.float64, requires_grad=True)
     y = SaveInput.apply(x)
     with tg.no_grad():
         x.add_(1.0)
@@ -424,7 +424,7 @@ def test_gradient_shape_and_dtype_are_checked():
         def backward(ctx, g):
             return tg.ones(5)
 
-    x = tg.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    x = tg.tensor([1.0, 2.0, 3.0], dtype=tg.float64, requires_grad=True)
     with pytest.raises(RuntimeError, match=r"Function WrongShapeBackward returned an invalid "
                                            r"gradient at index 0 - got \[5\] but expected shape "
                                            r"compatible with \[3\]"):

@@ -119,7 +119,7 @@ def test_jvp_uses_forward_mode_and_matches():
 
 
 def test_vhp_and_hvp():
-    x, v = tg.rand(3), tg.rand(3)
+    x, v = tg.rand(3, dtype=tg.float64), tg.rand(3, dtype=tg.float64)
     f = lambda x: (x.pow(3) * x.sum()).sum()  # noqa: E731  (a non-diagonal Hessian)
     out, vh = F.vhp(f, x, v)
     out2, hv = F.hvp(f, x, v)

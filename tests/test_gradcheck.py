@@ -90,7 +90,7 @@ def test_gradcheck_failure_message_shows_both_jacobians():
 
 
 def test_gradcheck_fast_mode_failure():
-    x = tg.tensor([0.2, -0.5, 1.0], requires_grad=True)
+    x = tg.tensor([0.2, -0.5, 1.0], dtype=tg.float64, requires_grad=True)
     with pytest.raises(GradcheckError, match=r"(?s)output 0 with respect to input 0.*fast mode"):
         gradcheck(WrongExp.apply, (x,), fast_mode=True)
     assert gradcheck(WrongExp.apply, (x,), fast_mode=True, raise_exception=False) is False
@@ -108,8 +108,8 @@ def test_gradcheck_names_the_failing_pair():
             x, y = ctx.saved_tensors
             return g_prod * y + g_sum, g_prod * x + 2 * g_sum   # d(x+y)/dy is 1, not 2
 
-    x = tg.tensor([1.0, 2.0], requires_grad=True)
-    y = tg.tensor([3.0, 4.0], requires_grad=True)
+    x = tg.tensor([1.0, 2.0], dtype=tg.float64, requires_grad=True)
+    y = tg.tensor([3.0, 4.0], dtype=tg.float64, requires_grad=True)
     with pytest.raises(GradcheckError, match="Jacobian mismatch for output 1 with respect to "
                                              "input 1,"):
         gradcheck(Pair.apply, (x, y))
@@ -143,7 +143,7 @@ def test_gradcheck_nondeterministic_backward():
         def backward(ctx, g):
             return g * (2 + float(noise.uniform(-1e-8, 1e-8)))
 
-    x = tg.tensor([1.0, 2.0], requires_grad=True)
+    x = tg.tensor([1.0, 2.0], dtype=tg.float64, requires_grad=True)
     with pytest.raises(GradcheckError, match="Backward is not reentrant, i.e., running backward "
                                              "with same input and grad_output multiple times "
                                              "gives different values.*tolerance for "
@@ -164,7 +164,7 @@ def test_gradcheck_output_without_grad_must_not_depend_on_inputs():
         def backward(ctx, g, g_aux):
             return g * 2
 
-    x = tg.tensor([1.0], requires_grad=True)
+    x = tg.tensor([1.0], dtype=tg.float64, requires_grad=True)
     with pytest.raises(GradcheckError, match="Numerical gradient for function expected to be "
                                              "zero: output 1 does not require grad"):
         gradcheck(Leaky.apply, (x,))
@@ -186,7 +186,7 @@ def test_check_undefined_grad():
         def backward(ctx, g):
             return None if g is None else g * 2
 
-    x = tg.tensor([1.0, 2.0], requires_grad=True)
+    x = tg.tensor([1.0, 2.0], dtype=tg.float64, requires_grad=True)
     with pytest.raises(GradcheckError, match="Expected backward function to handle undefined "
                                              "output grads"):
         gradcheck(NoMaterialize.apply, (x,))
@@ -195,7 +195,7 @@ def test_check_undefined_grad():
 
 
 def test_check_batched_grad():
-    x = tg.tensor([0.5, 1.5], requires_grad=True)
+    x = tg.tensor([0.5, 1.5], dtype=tg.float64, requires_grad=True)
     f = lambda t: (t * t).exp()  # noqa: E731
     if hasattr(tg.ops, "stack"):
         assert gradcheck(f, (x,), check_batched_grad=True)
@@ -206,7 +206,7 @@ def test_check_batched_grad():
 
 
 def test_unsupported_modes_say_so():
-    x = tg.tensor([0.5], requires_grad=True)
+    x = tg.tensor([0.5], dtype=tg.float64, requires_grad=True)
     with pytest.raises(NotImplementedError, match="no batched forward-mode AD"):
         gradcheck(lambda t: t * 2, (x,), check_forward_ad=True, check_batched_forward_grad=True)
     with pytest.raises(NotImplementedError, match="no sparse tensors"):

@@ -347,7 +347,7 @@ def test_while_loop_compiled_eager_and_reverse_mode():
 
 
 def test_while_loop_on_tensors_records_the_tape():
-    a = tg.tensor(3.0, requires_grad=True)
+    a = tg.tensor(3.0, dtype=tg.float64, requires_grad=True)
     x, k = _newton_sqrt(a)
     x.backward()
     np.testing.assert_allclose(a.grad.numpy(), 0.5 / np.sqrt(3.0), rtol=1e-8)

@@ -35,9 +35,10 @@ def test_tensor_copies_and_follows_numpy_dtype():
 def test_constructors_values_and_keywords(make, expect):
     t = make()
     np.testing.assert_array_equal(arr(t), expect)
-    assert t.dtype == np.float64 and t.is_leaf and not t.requires_grad
-    t32 = make(dtype=tg.float32, device=tg.device("cpu"), requires_grad=True)
-    assert t32.dtype == np.float32 and t32.requires_grad and t32.is_leaf
+    # torch's default dtype, float32
+    assert t.dtype == np.float32 and t.is_leaf and not t.requires_grad
+    t32 = make(dtype=tg.float64, device=tg.device("cpu"), requires_grad=True)
+    assert t32.dtype == np.float64 and t32.requires_grad and t32.is_leaf
     assert t32.device == tg.device("cpu") and str(t32.device) == "cpu"
     np.testing.assert_allclose(arr(t32), expect.astype(np.float32))
 
@@ -141,7 +142,7 @@ def test_grad_assignment_checks_and_zero():
     with pytest.raises(RuntimeError, match="assigned grad has data of a different size"):
         x.grad = tg.zeros(3)
     with pytest.raises(RuntimeError, match="assigned grad has data of a different type"):
-        x.grad = tg.zeros(2, dtype=tg.float32)
+        x.grad = tg.zeros(2, dtype=tg.float64)
 
 
 def test_conversions():
@@ -418,7 +419,8 @@ def test_zero_dim_tensors_take_the_dimensioned_dtype_as_in_torch():
     x32 = tg.ones(3, dtype=tg.float32)
     assert (x32 * tg.tensor(2.0, dtype=tg.float64)).dtype == tg.float32
     assert (tg.ones(3, dtype=tg.int32) + tg.tensor(2)).dtype == tg.int32
-    assert (tg.ones(3, dtype=tg.int32) * tg.tensor(2.5)).dtype == tg.float64
+    assert (tg.ones(3, dtype=tg.int32) * tg.tensor(2.5)).dtype == tg.float32  # the default
+    assert (tg.ones(3, dtype=tg.int32) * tg.tensor(2.5, dtype=tg.float64)).dtype == tg.float64
     assert (x32 + tg.ones(1, dtype=tg.float64)).dtype == tg.float64     # dimensioned: promotes
     s = tg.tensor(2.0, dtype=tg.float64, requires_grad=True)
     x = tg.ones(3, dtype=tg.float32, requires_grad=True)

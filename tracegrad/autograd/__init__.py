@@ -24,6 +24,7 @@ from tracegrad.eager.anomaly_mode import (detect_anomaly, set_detect_anomaly, is
                                           is_anomaly_check_nan_enabled)
 from tracegrad.autograd import functional
 from tracegrad.autograd.replay import set_backward_replay, is_backward_replay_enabled
+from tracegrad.autograd import traced as _traced  # noqa: F401 (autograd.grad on traced values)
 
 # torch's submodule paths name the engine's modules (as os.path names posixpath);
 # ``gradcheck`` stays the function as an attribute, as in torch.

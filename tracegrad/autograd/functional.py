@@ -215,6 +215,8 @@ def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False,
     """The Jacobian of ``func`` at ``inputs`` (see torch.autograd.functional.jacobian)."""
     if strategy not in ("reverse-mode", "forward-mode"):
         raise ValueError('Expected strategy to be either "forward-mode" or "reverse-mode".')
+    if _traced(inputs):
+        return _traced_jacobian(func, inputs)
     tuple_in, inputs = _as_tuple(inputs, "inputs", "jacobian")
     prep = _prepare(func, inputs, "jacobian", strict)
     if prep is None:
@@ -240,6 +242,8 @@ def _structure(rows, tuple_out, tuple_in):
 def hessian(func, inputs, create_graph=False, strict=False, vectorize=False,
             outer_jacobian_strategy="reverse-mode"):
     """The Hessian of a scalar ``func`` (see torch.autograd.functional.hessian)."""
+    if _traced(inputs):
+        return _traced_hessian(func, inputs)
     tuple_in, inputs = _as_tuple(inputs, "inputs", "hessian")
     prep = _prepare(func, inputs, "hessian", strict)
     if prep is None:
@@ -260,6 +264,8 @@ def hessian(func, inputs, create_graph=False, strict=False, vectorize=False,
 
 def vjp(func, inputs, v=None, create_graph=False, strict=False):
     """(func(inputs), v^T J) (see torch.autograd.functional.vjp)."""
+    if _traced(inputs):
+        return _traced_vjp(func, inputs, v)
     tuple_in, inputs = _as_tuple(inputs, "inputs", "vjp")
     prep = _prepare(func, inputs, "vjp", strict)
     if prep is None:
@@ -318,6 +324,64 @@ def vhp(func, inputs, v=None, create_graph=False, strict=False):
 def hvp(func, inputs, v=None, create_graph=False, strict=False):
     """(func(inputs), H v) by forward-over-reverse: as fast as vhp."""
     return _hessian_product(func, inputs, v, create_graph, strict, "hvp")
+
+
+# --- inside a traced function (torch.func.grad(f) whose f calls these) ----------------------
+# The inputs are traced values: the derivatives are the adjoint of the trace
+# (torch.autograd.grad on traced values, tracegrad.autograd.traced), in the
+# same trace, so the enclosing transform differentiates through them.
+
+def _traced(inputs):
+    xs = inputs if isinstance(inputs, (tuple, list)) else (inputs,)
+    return any(not isinstance(x, Tensor) and hasattr(x, "_trace") for x in xs)
+
+
+def _traced_rows(outs, xs):
+    from tracegrad.eager.engine import grad
+    from tracegrad.ops import reshape, stack
+    rows = []
+    for o in outs:
+        flat = reshape(o, (-1,))
+        per = [grad([flat[k]], xs, allow_unused=True, materialize_grads=True)
+               for k in range(flat.shape[0])]
+        rows.append(tuple(reshape(stack([p[j] for p in per]), tuple(o.shape) + tuple(x.shape))
+                          for j, x in enumerate(xs)))
+    return rows
+
+
+def _traced_jacobian(func, inputs):
+    tuple_in = isinstance(inputs, (tuple, list))
+    xs = tuple(inputs) if tuple_in else (inputs,)
+    out = func(*xs)
+    tuple_out = isinstance(out, tuple)
+    return _structure(_traced_rows(out if tuple_out else (out,), xs), tuple_out, tuple_in)
+
+
+def _traced_hessian(func, inputs):
+    from tracegrad.eager.engine import grad
+    tuple_in = isinstance(inputs, (tuple, list))
+    xs = tuple(inputs) if tuple_in else (inputs,)
+
+    def gradient(*vs):
+        return grad([func(*vs)], vs, create_graph=True, allow_unused=True,
+                    materialize_grads=True)
+
+    rows = _traced_rows(gradient(*xs), xs)
+    blocks = tuple(tuple(r) for r in rows)
+    return blocks if tuple_in else blocks[0][0]
+
+
+def _traced_vjp(func, inputs, v):
+    from tracegrad.eager.engine import grad
+    tuple_in = isinstance(inputs, (tuple, list))
+    xs = tuple(inputs) if tuple_in else (inputs,)
+    out = func(*xs)
+    tuple_out = isinstance(out, tuple)
+    outs = out if tuple_out else (out,)
+    vs = (v if isinstance(v, (tuple, list)) else (v,)) if v is not None else (None,) * len(outs)
+    res = grad(list(outs), xs, list(vs), create_graph=True, allow_unused=True,
+               materialize_grads=True)
+    return out, (tuple(res) if tuple_in else res[0])
 
 
 # --- eager fallbacks for functions that cannot be traced -------------------------------------

@@ -70,6 +70,32 @@ def _shares_base(out, src):
     return b is src or (src.base is not None and b is src.base)
 
 
+def _may_promote(prim, arrays):
+    """Could torch's promotion change anything here?  (The common case, one
+    dtype and numbers of its category or below, answers no at once.)"""
+    dt = None
+    scalar = 0
+    for x in arrays:
+        tx = type(x)
+        if tx is _ndarray:
+            if dt is None:
+                dt = x.dtype
+            elif x.dtype != dt:
+                return True
+        elif tx is float:
+            scalar |= 2
+        elif tx is int:
+            scalar |= 1
+        else:
+            return True
+    if dt is None:
+        return True
+    k = dt.kind
+    if k == "f" or k == "c":      # a number of any category fits (NumPy's weak numbers)
+        return False
+    return bool(scalar & 2) or (k == "b" and bool(scalar & 1)) or prim.torch_float
+
+
 def eager_bind(prim, args, attrs):
     if _mode.raw:
         # a vjp rule inside a backward without create_graph: plain arrays in,
@@ -98,7 +124,6 @@ def eager_bind(prim, args, attrs):
         edges = []
         needs_grad = False
         tensors = False
-        zero_d = False
         for a in args:
             ta = type(a)
             if ta is Tensor:
@@ -106,8 +131,6 @@ def eager_bind(prim, args, attrs):
                 d = a._data
                 if type(d) is not _ndarray:
                     break
-                if not d.ndim:
-                    zero_d = True
                 arrays.append(d)
                 if a._requires_grad:
                     needs_grad = True
@@ -122,8 +145,8 @@ def eager_bind(prim, args, attrs):
             else:
                 break
         else:
-            if zero_d and prim.torch_promotes:     # torch's promotion (primitives.py)
-                promoted = primitives.torch_promotion(prim, args)
+            if tensors and prim.torch_promotes and _may_promote(prim, arrays):
+                promoted = primitives.torch_promotion(prim, args)   # torch's (ops/dtypes.py)
                 if promoted is not args:
                     return eager_bind(prim, promoted, attrs)
             try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tracegrad.ops import dtypes as _dtypes
 from tracegrad.ops.base import resolve_dtype as _resolve_dtype
 
 _ndarray = np.ndarray
@@ -55,20 +56,29 @@ class device:
 _CPU = device("cpu")
 
 
-class _Defaults:
+class _DefaultsType:
     """What the constructors make when told nothing: ``dtype`` for Python
-    floats (and for zeros/ones/rand/...), ``device`` for data."""
-    dtype = np.dtype(np.float64)   # tracegrad's default (NumPy's); torch's is float32
+    floats (and for zeros/ones/rand/...; torch's float32, kept in
+    tracegrad.ops.dtypes where the promotion rule reads it too),
+    ``device`` for data."""
     device = None                  # None: cpu
     device_stack = []              # outer defaults of open ``with tg.device(...)`` blocks
+
+    @property
+    def dtype(self):
+        return _dtypes.Defaults.dtype
+
+
+_Defaults = _DefaultsType()
 
 
 def set_default_dtype(d):
     """torch.set_default_dtype: the dtype the constructors give Python floats
     (``tg.tensor([1.5])``, ``tg.zeros(3)``, ``tg.rand(2)``, ``tg.arange(0., 1.)``)
     and, paired with it, Python complex numbers (complex64 for float32,
-    complex128 for float64).  tracegrad's default is float64 (NumPy's);
-    ``tg.set_default_dtype(tg.float32)`` gives torch's.  Only floating
+    complex128 for float64), and the dtype torch's promotion gives a Python
+    float next to an integer tensor.  The default is float32, as torch's;
+    ``tg.set_default_dtype(tg.float64)`` gives NumPy's.  Only floating
     dtypes are accepted, as in torch."""
     try:
         dt = _resolve_dtype(d)
@@ -77,7 +87,7 @@ def set_default_dtype(d):
     if dt is None or dt.kind != "f":
         raise TypeError(f"only floating-point types are supported as the default type "
                         f"(float16, float32 or float64), got {d!r}")
-    _Defaults.dtype = dt
+    _dtypes.Defaults.dtype = dt
 
 
 def get_default_dtype():

@@ -32,6 +32,10 @@ class _NoReplay:
 _replay = _NoReplay
 
 
+# torch.autograd.grad on traced values (installed by tracegrad.autograd.traced)
+_traced_grad = None
+
+
 def _as_tuple(x):
     """A Tensor (or array, or scalar) alone, or a sequence of them, as a tuple."""
     if x is None:
@@ -171,6 +175,11 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
                     else list(_as_tuple(grad_outputs)))
     if retain_graph is None:
         retain_graph = create_graph
+    if _traced_grad is not None and any(
+            not isinstance(v, Tensor) and hasattr(v, "_trace") for v in outputs + inputs):
+        # inside a traced function (torch.func.grad(f)...): the adjoint of the
+        # trace so far (tracegrad.autograd.traced installs it)
+        return _traced_grad(outputs, inputs, grad_outputs, allow_unused, materialize_grads)
     _check_outputs(outputs, grad_outputs)
     _check_inputs(inputs)
     roots = _make_root_grads(outputs, grad_outputs, is_grads_batched)

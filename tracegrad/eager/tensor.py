@@ -56,6 +56,21 @@ class Tensor(ArrayMethods):
         self._accum = None
         self._base = None
 
+    def __getattr__(self, name):
+        """Only reached for a name the class does not have (or whose
+        descriptor refused): say that tracegrad does not provide it, never
+        something of another meaning."""
+        if not name.startswith("_") and getattr(type(self), name, None) is not None:
+            return object.__getattribute__(self, name)   # the descriptor's own error
+        if name.startswith("_"):
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute {name!r}")
+        if self._face == "torch":
+            raise AttributeError(f"tracegrad does not provide torch.Tensor.{name} ('Tensor' "
+                                 f"object has no attribute {name!r})")
+        raise AttributeError(f"tracegrad does not provide numpy.ndarray.{name} on this value, "
+                             f"which speaks NumPy ('{type(self).__name__}' object has no "
+                             f"attribute {name!r})")
+
     # --- attributes -----------------------------------------------------------
     @property
     def data(self):

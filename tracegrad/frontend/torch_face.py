@@ -35,13 +35,16 @@ import numpy as np
 from tracegrad import ops
 from tracegrad.ops import indexing, linalg, reductions, shape
 from tracegrad.ops import _define
+from tracegrad.ops import dtypes as _dtypes
+from tracegrad.ops.base import resolve_dtype
 from tracegrad.ops._define import face_method
 
 FACE = "torch"
 
 __all__ = ["std", "var", "max", "min", "sort", "split", "transpose", "nonzero", "squeeze",
            "norm", "topk", "kthvalue", "median", "sum", "mean", "prod", "amax", "amin", "argmax",
-           "argmin", "all", "any", "nansum", "nanmean", "cross", "equal", "isclose", "allclose"]
+           "argmin", "all", "any", "nansum", "nanmean", "cross", "equal", "isclose", "allclose",
+           "result_type", "promote_types", "can_cast", "finfo", "iinfo"]
 
 
 @face_method(FACE, "size")
@@ -259,3 +262,47 @@ _traced_unary_inplace("fill_", lambda t, value: ops.astype(ops.zeros_like_value(
                                                            t.dtype), "b = np.full_like(b, value)")
 _traced_unary_inplace("copy_", lambda t, src, non_blocking=False: ops.astype(
     ops.broadcast_to(src, t.shape), t.dtype), "b = src")
+
+
+# --- torch's dtype queries (the rule itself: tracegrad.ops.dtypes) -------------------------
+
+def result_type(tensor, other):
+    """torch.result_type: the dtype torch's promotion gives ``tensor op other``
+    (each a tensor or a number; 0-d tensors and numbers decide only by
+    category)."""
+    return _dtypes.result_type(tensor, other)
+
+
+def promote_types(type1, type2):
+    """torch.promote_types: the smallest dtype both cast to, torch's table
+    (int64 with float16 is float16)."""
+    return _dtypes.promote_types(_resolve(type1), _resolve(type2))
+
+
+def can_cast(from_, to):
+    """torch.can_cast: casting does not lower the category (bool < integer <
+    floating < complex)."""
+    return _dtypes.category(_resolve(from_)) <= _dtypes.category(_resolve(to))
+
+
+def finfo(type=None):
+    """torch.finfo: bits, eps, max, min, tiny, smallest_normal, resolution of
+    a floating dtype (the default dtype when none is given)."""
+    dt = _dtypes.Defaults.dtype if type is None else _resolve(type)
+    if dt.kind not in "fc":
+        raise TypeError(f"torch.finfo() requires a floating point input type, got {dt}")
+    return np.finfo(dt)
+
+
+def iinfo(type):
+    """torch.iinfo: bits, max, min of an integer dtype."""
+    dt = _resolve(type)
+    if dt.kind not in "biu":
+        raise TypeError(f"torch.iinfo() requires an integer input type, got {dt}")
+    return np.iinfo(dt)
+
+
+def _resolve(d):
+    if hasattr(d, "dtype") and not isinstance(d, np.dtype):
+        raise TypeError(f"expected a dtype, got a {type(d).__name__}")
+    return resolve_dtype(d)

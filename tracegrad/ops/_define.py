@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tracegrad.ops import dtypes as _dtypes
+
 
 def _name_grad_fn(value, name, spec=()):
     return name_grad_fn(value, name, spec)   # late-bound: tracegrad.eager.tensor replaces it
@@ -30,6 +32,16 @@ def _name_grad_fn(value, name, spec=()):
 
 # NumPy callable (ufunc or array function) -> tracegrad function
 NUMPY_FUNCTIONS: dict = {}
+# resolvers of other libraries' ufuncs (SciPy's: tracegrad.ops.scipy_special), ufunc -> fn or None
+FOREIGN_UFUNCS: list = []
+
+
+def _foreign_ufunc(ufunc):
+    for resolve in FOREIGN_UFUNCS:
+        fn = resolve(ufunc)
+        if fn is not None:
+            return fn
+    return None
 
 
 def _booleans(sym, *xs):
@@ -145,13 +157,14 @@ class ArrayMethods:
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         if method != "__call__":
             return _reduce_ufunc(ufunc, method, inputs, kwargs)
-        fn = NUMPY_FUNCTIONS.get(ufunc)
+        fn = NUMPY_FUNCTIONS.get(ufunc) or _foreign_ufunc(ufunc)
         if fn is None:
             raise NotImplementedError(
                 f"tracegrad has no rule for the NumPy ufunc np.{ufunc.__name__}; "
                 f"use an op tracegrad supports or wrap it in tg.autograd.Function "
                 f"with a hand-written backward")
-        return _ufunc_call(ufunc, fn, inputs, kwargs)
+        with _dtypes.numpy_rules():     # NumPy code: NumPy's promotion, on any value
+            return _ufunc_call(ufunc, fn, inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
         fn = NUMPY_FUNCTIONS.get(func)
@@ -160,9 +173,10 @@ class ArrayMethods:
                 f"tracegrad has no rule for np.{getattr(func, '__name__', func)}; "
                 f"use an op tracegrad supports or wrap it in tg.autograd.Function "
                 f"with a hand-written backward")
-        if kwargs.get("out") is not None:
-            return function_out(func, fn, args, kwargs)
-        return fn(*args, **kwargs)
+        with _dtypes.numpy_rules():     # NumPy code: NumPy's promotion, on any value
+            if kwargs.get("out") is not None:
+                return function_out(func, fn, args, kwargs)
+            return fn(*args, **kwargs)
 
 
 def _dtype_of(v):

@@ -36,6 +36,8 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from tracegrad.ops import dtypes as _dtypes
+
 
 class Aval(NamedTuple):
     """Abstract value: what the shape rules see and produce."""
@@ -58,7 +60,7 @@ class Primitive:
     __slots__ = ("name", "impl", "shape", "vjp", "jvp", "numpy", "cupy", "cuda",
                  "nondiff", "n_out", "save_inputs", "save_out", "view", "may_view",
                  "ufunc", "helpers", "elementwise", "batch", "backward_name", "doc",
-                 "torch_promotes")
+                 "torch_promotes", "torch_float")
 
     def __init__(self, name, impl, shape=None, vjp=None, jvp=None, numpy=None,
                  cupy=None, cuda=None, nondiff=False, n_out=1, save_inputs=True,
@@ -66,7 +68,9 @@ class Primitive:
                  elementwise=False, batch=None, doc=None):
         self.name = name
         self.impl = impl
-        self.torch_promotes = _TORCH_PROMOTED.get(name, False)
+        # torch's promotion for torch-face operands (tracegrad.ops.dtypes)
+        self.torch_float = name in _dtypes.TORCH_TO_FLOAT
+        self.torch_promotes = _dtypes.TORCH_PROMOTED.get(name, self.torch_float)
         self.shape = shape
         self.vjp = vjp
         self.jvp = jvp
@@ -151,47 +155,105 @@ _trace_bind: Callable = None  # set by tracegrad.frontend.trace
 _tracer_type = None           # set by tracegrad.frontend.trace
 
 
-# The torch dialect's type promotion.  NumPy (NEP 50) lets a 0-d array decide
-# the dtype like any other operand; torch lets the dimensioned tensors decide
-# within a category (bool < integer < floating < complex): float32[3] *
-# float64[] is float32 there, int32[3] + int64[] is int32.  For these rows
-# (with the operands that promote; where's condition does not), a 0-d
-# torch-face operand whose category is not above the dimensioned operands'
-# is cast to their dtype first, so the shape rule, the impl and every
-# derivative see torch's dtypes.  NumPy-face values keep NumPy's rule.
-# (Each row's ``torch_promotes``: True, or the positions that promote.  The
-# eager interpreter calls torch_promotion only when it met a 0-d Tensor.)
-_TORCH_PROMOTED = {name: True for name in (
-    "add", "sub", "mul", "div", "pow", "maximum", "minimum", "fmax", "fmin", "fmod",
-    "remainder", "floor_divide", "arctan2", "hypot", "copysign", "logaddexp", "logaddexp2")}
-_TORCH_PROMOTED["where"] = (1, 2)
-_CATEGORY = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
+# The torch dialect's type promotion (tracegrad.ops.dtypes holds the rule).
+# NumPy (NEP 50) lets a 0-d array decide the dtype like any other operand,
+# and picks float16/32/64 for integers by their width; torch lets the
+# dimensioned tensors decide within a category (bool < integer < floating <
+# complex), makes a Python float the default dtype, and computes integer
+# operands of floating functions in the default dtype.  For the rows that
+# promote (each row's ``torch_promotes``: True, or the positions that
+# promote), when an operand speaks torch, every array operand is cast to
+# torch's result dtype first, so the shape rule, the impl and every
+# derivative see torch's dtypes, in eager mode and in traces alike.
+# NumPy-face values keep NumPy's rule.
+_SCALAR_CATEGORY = {bool: 0, int: 1, float: 2, complex: 3}
+_WEAK_STAND_IN = {"b": False, "u": 0, "i": 0, "f": 0.0, "c": 0j}
+
+
+def mark_weak(t):
+    """``t`` (a traced value) stands for a Python number (a rolled loop's
+    index, and what arithmetic of such numbers makes): in torch's promotion
+    it is a wrapped number, as the Python int of the loop as written is."""
+    T = t._trace
+    weak = getattr(T, "weak_ids", None)
+    if weak is None:
+        weak = T.weak_ids = set()
+    weak.add(t._id)
+
+
+def _is_weak(a):
+    T = getattr(a, "_trace", None)
+    return T is not None and a._id in getattr(T, "weak_ids", ())
 
 
 def torch_promotion(prim, args):
     """``args`` with torch's promotion applied (see above), or ``args``
     itself when nothing changes."""
+    if _dtypes.numpy_call.depth:
+        return args               # an np.* function: NumPy's rule on any value
     positions = prim.torch_promotes
     if positions is True:
         positions = range(len(args))
     torch_face = False
-    dims, zeros = [], []
+    first = None
+    mixed = False
+    scalar_cat = -1
+    if positions is not True and len(positions) < len(args):
+        # an operand that does not promote (where's condition) still says the dialect
+        torch_face = any(getattr(a, "_face", None) == "torch" for a in args)
     for i in positions:
-        face = getattr(args[i], "_face", None)
-        if face is None:        # a Python number or a NumPy constant: weak as in both
+        a = args[i]
+        cat = _SCALAR_CATEGORY.get(type(a))
+        if cat is not None:
+            if cat > scalar_cat:
+                scalar_cat = cat
             continue
-        torch_face |= face == "torch"
-        (dims if len(args[i].shape) else zeros).append(i)
-    if not (torch_face and zeros and dims):
+        if isinstance(a, np.generic):
+            mixed = True          # a NumPy scalar: a wrapped number in torch
+            continue
+        if _is_weak(a):           # a Python number's stand-in (a loop index)
+            torch_face |= a._face == "torch"
+            mixed = True
+            continue
+        face = getattr(a, "_face", None)
+        if face == "torch":
+            torch_face = True
+        dt = getattr(a, "dtype", None)
+        if dt is None:
+            return args           # lists and the like: the row says what they mean
+        if first is None:
+            first = dt
+        elif dt != first:
+            mixed = True
+    if not torch_face:
         return args
-    ddt = np.result_type(*[aval_of(args[i]).dtype for i in dims])
-    out = None
-    for i in zeros:
-        dt = aval_of(args[i]).dtype
-        if dt != ddt and _CATEGORY.get(dt.kind, 9) <= _CATEGORY.get(ddt.kind, 9):
-            out = out or list(args)
-            out[i] = bind(REGISTRY["astype"], args[i], dtype=ddt.name)
-    return tuple(out) if out else args
+    if not mixed and first is not None and scalar_cat <= _dtypes.category(first) and \
+            not (prim.torch_float and first.kind in "biu"):
+        return args
+    if any(_is_weak(args[i]) for i in positions):
+        if not any(hasattr(args[i], "dtype") and not isinstance(args[i], np.generic)
+                   and not _is_weak(args[i]) for i in positions):
+            return args           # Python numbers only: Python's (NumPy's) arithmetic
+        rt = _dtypes.result_type(*[(_WEAK_STAND_IN[args[i].dtype.kind] if _is_weak(args[i])
+                                    else args[i]) for i in positions])
+    else:
+        rt = _dtypes.result_type(*[args[i] for i in positions])
+    if prim.torch_float and rt.kind in "biu":
+        rt = _dtypes.Defaults.dtype
+    out = list(args)
+    arrays = False
+    for i in positions:
+        a = args[i]
+        if isinstance(a, np.generic):
+            out[i] = a.item()     # a weak number, as a Python scalar is
+        elif type(a) not in _SCALAR_CATEGORY:
+            arrays = True
+            if a.dtype != rt:
+                out[i] = bind(REGISTRY["astype"], a, dtype=rt.name)
+    if not arrays:                # numbers only (torch.where(c, 1.0, 2)): one in torch's dtype
+        i = positions[0]
+        out[i] = np.asarray(out[i], dtype=rt)
+    return tuple(out)
 
 
 def bind(prim: Primitive, *args, **attrs):
@@ -201,6 +263,11 @@ def bind(prim: Primitive, *args, **attrs):
             if type(a) is tracer:
                 if prim.torch_promotes:
                     args = torch_promotion(prim, args)
+                    out = _trace_bind(prim, args, attrs)
+                    if type(out) is tracer and all(
+                            type(b) in _SCALAR_CATEGORY or _is_weak(b) for b in args):
+                        mark_weak(out)      # Python numbers make Python numbers
+                    return out
                 return _trace_bind(prim, args, attrs)
     return _eager_bind(prim, args, attrs)
 

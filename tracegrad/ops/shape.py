@@ -631,7 +631,10 @@ def _sort_method(x, dim=-1, descending=False, stable=False):
 def argsort(x, axis=-1, kind=None, order=None, *, stable=None, dim=None, descending=False):
     """Indices that sort x (stable; no gradient)."""
     _sort_options(kind, order)
-    axis = axis_arg(axis, dim)
+    if dim is not None:          # torch's name (its default, -1, is NumPy's axis default)
+        if axis != -1:
+            raise TypeError("pass either axis= or dim=, not both")
+        axis = dim
     if axis is None:
         x, axis = ravel(x), 0
     if descending:
