@@ -70,6 +70,9 @@ def test_float_of_a_zero_d_value_works_eagerly_and_says_what_to_do_when_traced()
     g = tg.grad(f_detached, compile=False)(X)
     onp.testing.assert_allclose(g, onp.full(3, onp.sum(X * X)), rtol=1e-13)   # scale is a constant
     with pytest.raises(tg.TraceError, match="compile=False"):
+        tg.grad(f, fallback=False)(X)
+    # with the fallback the compiled transform runs eagerly: the same refusal
+    with pytest.raises(TypeError, match="float\\(\\) of a value being differentiated"):
         tg.grad(f)(X)
 
 

@@ -375,7 +375,7 @@ class Compiled:
         faces = _leaf_faces(leaves) if tensors else None
         sig = (tuple(map(_leaf_sig, arrays)),
                tuple((r[0], r[3]) for r in ranges), kw_tree, static_key(statics), len(args),
-               faces)
+               _face_key(faces))
         if tensors:
             from tracegrad.eager.grad_mode import state
             from tracegrad.eager.tensor import _FW, _tangent
@@ -464,7 +464,7 @@ class Compiled:
                       for j, x in enumerate(leaves)]
             sig = (tuple(map(_leaf_sig, arrays)),
                    tuple((r[0], r[3]) for r in ranges), kw_tree, static_key(statics), len(args),
-                   _leaf_faces(leaves))
+                   _face_key(_leaf_faces(leaves)))
             entry = self._fast.get(sig)
         finally:
             _prof_state.current = prof
@@ -725,7 +725,7 @@ class Compiled:
         avals = [primitives.aval_of(x) for x in leaves]
         faces = _leaf_faces(leaves)
         sig = ("inline", tuple(avals), tuple((r[0], r[3]) for r in ranges), kw_tree,
-               static_key(statics), nargs, faces)
+               static_key(statics), nargs, _face_key(faces))
         hit = self._fast.get(sig)
         if hit is None:
             trace, out_tree, avals, _ = self._trace(avals, ranges, kw_tree, statics, names, nargs,
@@ -1007,6 +1007,16 @@ def _leaf_faces(leaves):
     anything else NumPy; None when all speak NumPy."""
     faces = tuple(getattr(x, "_face", "numpy") for x in leaves)
     return faces if "torch" in faces else None
+
+
+def _face_key(faces):
+    """The dialects of a call's leaves in its cache key; with a torch face,
+    torch's default dtype too (``tg.set_default_dtype`` changes what a
+    literal or a factory in torch code makes, so it changes the trace)."""
+    if faces is None:
+        return None
+    from tracegrad.ops.dtypes import Defaults
+    return faces, Defaults.dtype.char
 
 
 def _describe_captured(obj):

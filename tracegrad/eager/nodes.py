@@ -318,7 +318,7 @@ class PrimNode(Node):
             else:
                 g = tuple(None if x is None else x._data for x in grad_outputs)
             if saved is not None:
-                inputs = [a._data if type(a) is Tensor else a for a in inputs]
+                inputs = [a._data if isinstance(a, Tensor) else a for a in inputs]
                 if metas is not self.in_meta:
                     metas = inputs
         rule = prim.vjp
