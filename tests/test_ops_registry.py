@@ -13,6 +13,7 @@ directly and checks:
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import zlib
 
@@ -326,7 +327,36 @@ CASES += [
          {"upper": True}, id="gammainc-upper", f32=False),
     Case("betainc", [Const(np.array([[0.6], [2.0], [5.0]])), Const(np.array([0.8, 1.5, 3.0, 7.0])),
                      Rand((3, 4), 0.05, 0.95)], id="betainc", f32=False),
+    # SciPy-valued rows (tracegrad/ops/scipy_rows.py)
+    Case("scipy_ufunc1", [A(3, 4)], {"name": "log_ndtr"}, id="scipy_ufunc1-log_ndtr"),
+    Case("scipy_ufunc1", [A(3, 4)], {"name": "erfcx"}, id="scipy_ufunc1-erfcx"),
+    Case("scipy_ufunc1", [A(3, 4)], {"name": "i1e"}, id="scipy_ufunc1-i1e"),
+    Case("scipy_ufunc1", [Rand((3, 4), 0.05, 0.95)], {"name": "ndtri"}, id="scipy_ufunc1-ndtri"),
+    Case("scipy_ufunc2", [P(3, 4), P(3, 1)], {"name": "kl_div"}, id="scipy_ufunc2-kl_div"),
+    Case("scipy_ufunc2", [Const(np.array([0.5, 1.0, 2.5, 3.0])), Rand((3, 4), 0.3, 4.0)],
+         {"name": "kv"}, id="scipy_ufunc2-kv", f32=False),
+    Case("scipy_ufunc2", [Const(np.array([[1.5], [2.0], [4.0]])), Rand((3, 4), 0.3, 4.0)],
+         {"name": "zeta"}, id="scipy_ufunc2-zeta", f32=False),
+    Case("scipy_ufunc3", [Const(np.array([[0.6], [2.0], [5.0]])),
+                          Const(np.array([0.8, 1.5, 3.0, 7.0])), Rand((3, 4), 0.05, 0.95)],
+         {"name": "betaincc"}, id="scipy_ufunc3-betaincc", f32=False),
+    Case("matrix_function", [Rand((3, 3), -0.7, 0.7)], {"fn": "expm"}, id="matrix_function-expm"),
+    Case("matrix_function", [Rand((2, 3, 3), -0.7, 0.7)], {"fn": "expm"},
+         id="matrix_function-expm-batched"),
+    Case("matrix_function", [SPD(3)], {"fn": "sqrtm"}, id="matrix_function-sqrtm", f32=False),
+    Case("matrix_function", [Rand((3, 3), -0.2, 0.2, make=lambda x: x + np.eye(3))],
+         {"fn": "logm"}, id="matrix_function-logm", f32=False),
+    Case("sylvester", [WELL(3), WELL(2), A(3, 2)]),
+    Case("lu_factor", [WELL(4)], f32=False),
+    Case("lu_pivots_to_perm", [Const(np.array([2, 2, 3, 3], dtype=np.int32))]),
+    Case("first_order", [A(3, 4)], {"what": "a test"}),
 ]
+# rows whose values come from SciPy (tracegrad/ops/scipy_rows.py): without SciPy their
+# cases are left out (tests/test_scipy_as_written.py skips too)
+SCIPY_ROWS = {"scipy_ufunc1", "scipy_ufunc2", "scipy_ufunc3", "matrix_function", "sylvester",
+              "lu_factor", "lu_pivots_to_perm"}
+if importlib.util.find_spec("scipy") is None:
+    CASES = [c for c in CASES if c.prim not in SCIPY_ROWS]
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -408,14 +438,22 @@ TESTED_ELSEWHERE = {
     "to_device",
     # control flow carries subgraphs, not arrays drawn at random: their values
     # and derivatives are checked against unrolled loops and finite
-    # differences in tests/test_loops.py
+    # differences in tests/test_loops.py (every order: tests/test_while_orders.py)
     "cond", "scan", "while", "while_fwd", "while_bwd",
+    # an iteration's answer whose derivative is the implicit function theorem's,
+    # not its impl's (the identity): tests/test_fixed_point.py
+    "fixed_point",
     # complex operands or results (the cases here draw real values and
     # difference real outputs): tests/test_numpy_fft.py checks each row's
     # shape rule and NumPy emitter on complex values, and its vjp and jvp
     # through real losses of real inputs against finite differences
     "real", "imag", "conj", "complex_abs", "fft", "ifft", "rfft", "irfft",
+    # the cotangent of first_order, whose own derivative is refused by design (a second
+    # derivative through scipy.optimize's roots): tests/test_scipy_as_written.py
+    "first_order_grad",
 }
+if importlib.util.find_spec("scipy") is None:
+    TESTED_ELSEWHERE |= SCIPY_ROWS
 
 
 def test_every_row_has_a_case():

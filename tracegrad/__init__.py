@@ -27,6 +27,15 @@ from tracegrad.frontend.torch_face import (std, var, max, min, sort, split, tran
                                            nonzero, squeeze, norm, topk, kthvalue, median, sum, mean,
                                            prod, amax, amin, argmax, argmin, all, any, nansum, nanmean,
                                            cross, equal, isclose, allclose)
+from tracegrad.frontend.torch_face import (result_type, promote_types, can_cast,  # noqa: F401
+                                           finfo, iinfo)
+from tracegrad.frontend.torch_surface import *  # noqa: F401,F403 (torch's meaning)
+from tracegrad.frontend.torch_surface import (removed_lstsq as lstsq,  # noqa: F401
+                                              removed_solve as solve, var_mean, std_mean,
+                                              cdist, dist)
+import importlib as _importlib
+linalg = _importlib.import_module("tracegrad.linalg")    # torch.linalg (ops.linalg is NumPy's)
+special = _importlib.import_module("tracegrad.special")  # torch.special
 from tracegrad import autograd
 from tracegrad.autograd import (no_grad, enable_grad, set_grad_enabled, inference_mode,
                                 is_grad_enabled, is_inference_mode_enabled)
@@ -43,6 +52,11 @@ int32 = int = _np.dtype("int32")
 int64 = long = _np.dtype("int64")
 uint8 = _np.dtype("uint8")
 bool = _np.dtype("bool")
+complex64 = cfloat = _np.dtype("complex64")
+complex128 = cdouble = _np.dtype("complex128")
+uint16 = _np.dtype("uint16")
+uint32 = _np.dtype("uint32")
+uint64 = _np.dtype("uint64")
 dtype = _np.dtype
 
 _LAZY = {
@@ -52,8 +66,12 @@ _LAZY = {
     "jacrev": "tracegrad.api", "jacfwd": "tracegrad.api", "hessian": "tracegrad.api",
     "cache_info": "tracegrad.runtime.cache", "clear_cache": "tracegrad.runtime.cache",
     "TraceError": "tracegrad.frontend.trace", "testing": None,
-    "nn": None,  # tracegrad.nn.functional, torch.nn.functional's meaning
+    "nn": None,  # torch.nn: Module, layers, losses, init, utils, functional (F)
     "func": None,  # torch.func (grad, vjp, jvp, jacrev, vmap, ...) on the compiler
+    "optim": None,  # torch.optim: optimizers and lr_scheduler
+    "utils": None,  # torch.utils.data: Dataset, TensorDataset, DataLoader, random_split
+    "Generator": "tracegrad.utils.generator",  # torch.Generator (seeded, for generator=)
+    "fixed_point": "tracegrad.implicit",  # x* = f(x*, *params), implicit derivatives
 }
 
 
@@ -64,4 +82,7 @@ def __getattr__(name):
         if mod is None:
             return importlib.import_module(f"tracegrad.{name}")
         return getattr(importlib.import_module(mod), name)
+    if not name.startswith("__"):
+        raise AttributeError(f"tracegrad does not provide torch.{name} (module 'tracegrad' "
+                             f"has no attribute {name!r})")
     raise AttributeError(f"module 'tracegrad' has no attribute {name!r}")

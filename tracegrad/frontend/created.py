@@ -37,6 +37,7 @@ import types
 import numpy as np
 
 from tracegrad import ops
+from tracegrad.frontend import scipy_calls
 from tracegrad.ops import indexing
 
 CREATORS = indexing.CREATOR_NAMES
@@ -94,12 +95,15 @@ NUMPY.__dict__.update(_CREATORS)
 
 def substitute(value):
     """The stand-in the traced function reads for a global or closure value
-    (the numpy module, or one of its creators imported by name), or None."""
+    (the numpy module, or one of its creators imported by name; a SciPy
+    module, function or distribution: tracegrad.frontend.scipy_calls), or None."""
     if value is np:
         return NUMPY
     if callable(value):
-        return _BY_ORIGINAL.get(id(value))
-    return None
+        got = _BY_ORIGINAL.get(id(value))
+        if got is not None:
+            return got
+    return scipy_calls.substitute(value)
 
 
 def _create(name, original, args, kwargs, make):

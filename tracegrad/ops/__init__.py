@@ -34,3 +34,7 @@ for _mod in (base, elementwise, reductions, shape, indexing, linalg, nn, custom,
 
 # every op by name, for the operators and the op modules' late lookups
 vars(_define._ops).update((k, v) for k, v in globals().items() if not k.startswith("_"))
+
+# SciPy's functions on tracegrad values (nothing for the tg namespace; SciPy is not imported)
+from tracegrad.ops import (scipy_rows, scipy_special, scipy_linalg,  # noqa: E402,F401
+                          scipy_more, scipy_stats)

@@ -1052,9 +1052,23 @@ def _names_creators(f, memo):
     got = memo.get(key)
     if got is None:
         module = (getattr(f, "__module__", None) or "").split(".", 1)[0]
-        got = memo[key] = module not in _LIBRARIES and bool(
-            _code_names(f.__code__).intersection(CREATOR_NAMES))
+        got = memo[key] = module not in _LIBRARIES and (bool(
+            _code_names(f.__code__).intersection(CREATOR_NAMES)) or _names_stand_in(f, memo))
     return got
+
+
+def _names_stand_in(f, memo):
+    """Does ``f`` name, as a global or closure variable, something besides
+    numpy that ``memo["substitute"]`` stands in for (SciPy's modules and
+    functions: tracegrad.frontend.scipy_calls)?  Its copy sees the stand-ins."""
+    g = f.__globals__
+    values = [g[n] for n in _code_names(f.__code__) if n in g]
+    for c in f.__closure__ or ():
+        try:
+            values.append(c.cell_contents)
+        except ValueError:  # an empty cell
+            pass
+    return any(v is not np and memo["substitute"](v) is not None for v in values)
 
 
 def _helper_with_captured(f, memo):
