@@ -579,6 +579,22 @@ def _jumps_through_ifs(s):
 
 # --- the conversion of statements and expressions ------------------------------------------------
 
+def _names_from(fname, args, names, reason, node):
+    """``(*names,) = __tg_cf.fname(*args, names, line, reason)`` at ``node``."""
+    call = _rt_call(fname, args + [ast.Constant(value=tuple(names)),
+                                   ast.Constant(value=node.lineno), ast.Constant(value=reason)],
+                    node)
+    if names:
+        stmt = ast.Assign(targets=[ast.Tuple(elts=[ast.Name(id=n, ctx=ast.Store())
+                                                   for n in names], ctx=ast.Store())],
+                          value=call)
+    else:
+        stmt = ast.Expr(value=call)
+    ast.copy_location(stmt, node)
+    locate(stmt, loc_of(node))
+    return stmt
+
+
 class ControlFlowRewriter(ast.NodeTransformer):
     """The transforms for ``if``, ``while`` and the value-dependent
     expressions; ``tracegrad.frontend.loop_rewrite._Rewriter`` adds ``for``.
@@ -612,19 +628,9 @@ class ControlFlowRewriter(ast.NodeTransformer):
         tag = f"{node.lineno}_{self.count}"
         then_def = carry_function(f"{_PREFIX}then_{tag}", names, node.body, loc)
         else_def = carry_function(f"{_PREFIX}else_{tag}", names, node.orelse, loc)
-        call = _rt_call("if_stmt", [node.test, ast.Name(id=then_def.name, ctx=ast.Load()),
-                                    ast.Name(id=else_def.name, ctx=ast.Load()),
-                                    ast.Constant(value=tuple(names)),
-                                    ast.Constant(value=node.lineno), ast.Constant(value=reason)],
-                        node)
-        if names:
-            stmt = ast.Assign(targets=[ast.Tuple(elts=[ast.Name(id=n, ctx=ast.Store())
-                                                       for n in names], ctx=ast.Store())],
-                              value=call)
-        else:
-            stmt = ast.Expr(value=call)
-        ast.copy_location(stmt, node)
-        locate(stmt, loc)
+        stmt = _names_from("if_stmt", [node.test, ast.Name(id=then_def.name, ctx=ast.Load()),
+                                       ast.Name(id=else_def.name, ctx=ast.Load())],
+                           names, reason, node)
         return self._mark([then_def, else_def, stmt] + unbind(names, loc))
 
     def visit_While(self, node):
@@ -652,19 +658,9 @@ class ControlFlowRewriter(ast.NodeTransformer):
         tag = f"{node.lineno}_{self.count}"
         test_def = carry_function(f"{_PREFIX}test_{tag}", names, [], loc, result=node.test)
         body_def = carry_function(f"{_PREFIX}loop_{tag}", names, node.body, loc)
-        call = _rt_call("while_stmt", [ast.Name(id=test_def.name, ctx=ast.Load()),
-                                       ast.Name(id=body_def.name, ctx=ast.Load()),
-                                       ast.Constant(value=tuple(names)),
-                                       ast.Constant(value=node.lineno),
-                                       ast.Constant(value=reason)], node)
-        if names:
-            stmt = ast.Assign(targets=[ast.Tuple(elts=[ast.Name(id=n, ctx=ast.Store())
-                                                       for n in names], ctx=ast.Store())],
-                              value=call)
-        else:
-            stmt = ast.Expr(value=call)
-        ast.copy_location(stmt, node)
-        locate(stmt, loc)
+        stmt = _names_from("while_stmt", [ast.Name(id=test_def.name, ctx=ast.Load()),
+                                          ast.Name(id=body_def.name, ctx=ast.Load())],
+                           names, reason, node)
         out = [test_def, body_def, stmt] + unbind(names, loc)
         out += node.orelse      # no break: the else always runs after the loop
         return self._mark(out)
