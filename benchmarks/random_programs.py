@@ -56,6 +56,15 @@ on a wrong value or an unexpected crash or refusal (and, with
 ``--strict-known``, on the known crashes).  The CI part is
 ``tests/test_random_imperative_programs.py``.
 
+``--branchy N`` runs N random programs with control flow on traced values
+instead (issue 25; see ``tests/_random_branchy_programs.py``): if/elif/else,
+early returns, while loops with value-dependent trip counts, for loops with
+break/continue, conditional expressions, and/or/not, chained comparisons,
+min/max, item writes into arrays made in branches and loops; each run on
+several inputs taking different paths through one compiled function, as
+NumPy, compiled and with compile=False; fallbacks to eager counted by
+reason.  The CI part is ``tests/test_random_branchy_programs.py``.
+
 ``--seed N --start k --count 1`` reruns program ``k``.  Prints progress and
 a summary (programs run, failures by kind and by op); each failure's
 reproducer (the program as a runnable script) goes to
@@ -118,9 +127,14 @@ def main(argv=None):
                     help="run N random imperative programs (writes into arrays) instead")
     ap.add_argument("--strict-known", action="store_true",
                     help="--imperative: exit 1 on the known crashes too")
+    ap.add_argument("--branchy", type=int, default=None, metavar="N",
+                    help="run N random programs with control flow on traced values (if/while/"
+                         "break/and/or/min/max: issue 25) instead")
     args = ap.parse_args(argv)
     if args.imperative is not None:
         return imperative(args)
+    if args.branchy is not None:
+        return branchy(args)
 
     # an isolated compile cache, unless the caller chose one
     tmp = None
@@ -332,6 +346,100 @@ def imperative(args):
     if tmp is not None:
         tmp.cleanup()
     return 1 if failures or (known and args.strict_known) else 0
+
+
+def branchy(args):
+    """``--branchy N``: random programs with control flow on traced values
+    (``tests/_random_branchy_programs.py``): each run on several inputs that
+    take different paths through one compiled function, as NumPy, compiled
+    (``tg.value_and_grad``, NumPy target; the native target too for every
+    fifth program, or every program with ``--backend native``) and with
+    compile=False; every third program also ``tg.jacfwd`` and ``tg.hessian``.
+    Values equal NumPy's, gradients compile=False's and finite differences.
+    A fallback (the function runs eagerly for the signature) is counted with
+    its reason, not failed; ``fallback=False`` must then raise a TraceError
+    naming the line."""
+    tmp = None
+    if "TRACEGRAD_CACHE_DIR" not in os.environ:
+        tmp = tempfile.TemporaryDirectory(prefix="tracegrad-random-branchy-")
+        os.environ["TRACEGRAD_CACHE_DIR"] = os.path.join(tmp.name, "cache")
+
+    import tracegrad as tg
+    import _random_branchy_programs as rbp
+
+    every_native = 1 if args.backend == "native" else 5
+    print(f"tracegrad {tg.__version__}: programs with control flow on traced values; NumPy, "
+          f"compiled (numpy target; native every {every_native} programs), compile=False"
+          + ("" if args.no_fd else ", finite differences") + "; jacfwd/hessian every 3")
+    exclude = () if args.include_known_crashes else rbp.KNOWN_WRONG
+    by_kind, fallbacks, tags, checked = (collections.Counter() for _ in range(4))
+    failures = []
+    os.makedirs(args.out, exist_ok=True)
+    t0 = time.time()
+    end = args.start + args.branchy
+    for k in range(args.start, end):
+        prog = rbp.generate(rbp.RngChooser([args.seed, k, 3]), seed=(args.seed, k),
+                            exclude=exclude)
+        tags.update(set(prog.tags))
+        backends = ("numpy", "native") if k % every_native == 0 else ("numpy",)
+        try:
+            out = rbp.check_program(prog, backends=backends, fd=not args.no_fd,
+                                    higher=k % 3 == 0)
+            checked["programs passed"] += 1
+            checked["inputs"] += out.inputs
+            checked["programs whose inputs take >= 2 paths"] += out.paths >= 2
+            checked.update(out.checked)
+            checked["jacfwd/hessian"] += bool(out.higher)
+            checked["finite differences did not converge"] += out.fd_unreliable
+            if out.fallbacks:
+                checked["programs that fell back"] += 1
+                reasons = set(out.fallbacks.values())
+                expected = "by design" if all(rbp.fallback_expected(prog, r) for r in reasons) \
+                    else "NOT by design"
+                checked[f"programs that fell back, {expected}"] += 1
+                for reason in reasons:
+                    fallbacks[(expected, rbp._short_reason(reason))] += 1
+        except rbp.Failure as e:
+            by_kind[e.kind] += 1
+            path = os.path.join(args.out, f"branchy_failure_{k}_{e.kind}.py")
+            with open(path, "w") as fh:
+                fh.write(f"# branchy program {k} of --seed {args.seed}: [{e.kind}]\n")
+                fh.write("".join(f"# {line}\n" for line in str(e.detail).splitlines()))
+                fh.write(f"# statements: {' '.join(sorted(set(prog.tags)))}\n\n")
+                fh.write(prog.reproducer())
+            failures.append((k, e.kind, path))
+            print(f"  FAIL program {k}: [{e.kind}] -> {path}", flush=True)
+        done = k - args.start + 1
+        if done % args.progress == 0 or k == end - 1:
+            dt = time.time() - t0
+            print(f"{done}/{args.branchy} programs, {len(failures)} failures, {dt:.0f} s "
+                  f"({1000 * dt / done:.0f} ms/program)", flush=True)
+        if done % 500 == 0:
+            tg.clear_cache(disk=False)
+    dt = time.time() - t0
+    n = args.branchy
+    print()
+    print(f"branchy programs run: {n} (seed {args.seed}, programs {args.start}..{end - 1}) "
+          f"in {dt:.0f} s")
+    for what, c in sorted(checked.items()):
+        print(f"  {what}: {c}")
+    print(f"fell back (ran eagerly for the signature; right numbers): "
+          f"{checked['programs that fell back']} of {n} "
+          f"({100 * checked['programs that fell back'] / max(n, 1):.1f}%); by reason:")
+    for (expected, reason), c in fallbacks.most_common():
+        print(f"  {c:6d}  [{expected}] {reason}")
+    print(f"failed (a wrong value or gradient, a crash, a retrace, an unclear error): "
+          f"{len(failures)}")
+    for kind, c in by_kind.most_common():
+        print(f"  {c:6d}  {kind}")
+    print("statements generated (count of programs):")
+    print("  " + ", ".join(f"{t} {c}" for t, c in sorted(tags.items())))
+    if failures:
+        print(f"reproducers in {os.path.abspath(args.out)}/")
+    rbp.cleanup()
+    if tmp is not None:
+        tmp.cleanup()
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

@@ -32,11 +32,13 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
 import functools
 import operator
 import os
 import sys
 import textwrap
+import threading
 
 import numpy as np
 
@@ -422,9 +424,8 @@ def _range_for_or_while(node):
     if isinstance(node, ast.While):
         return True
     it = node.iter
-    return isinstance(node, ast.For) and isinstance(node.target, ast.Name) and \
-        isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" \
-        and not it.keywords and 1 <= len(it.args) <= 3
+    return isinstance(node, ast.For) and _plain_target(node.target) and not (
+        isinstance(it, ast.Call) and any(isinstance(a, ast.Starred) for a in it.args))
 
 
 def _returns_to_break(stmts, flag, value):
@@ -535,8 +536,8 @@ def jumps_to_flags(node, count):
     start = parse_at(f"{flags['continue']} = False", loc) if has_cont else []
     if isinstance(node, ast.For):
         r, k = f"{_VAR}range_{tag}", f"{_VAR}k_{tag}"
-        before += parse_at(f"{r} = range()\n{k} = 0", loc)
-        before[-2].value.args = node.iter.args
+        before += parse_at(f"{r} = {_CF}.as_sequence(None)\n{k} = 0", loc)
+        before[-2].value.args = [node.iter]
         test = parse_at(f"{k} < len({r})", loc)[0].value
         start = parse_at(f"{k} = {k} + 1", loc) + start
         assign_var = ast.Assign(targets=[node.target],
@@ -668,11 +669,7 @@ class ControlFlowRewriter(ast.NodeTransformer):
     def convert_for_with_jumps(self, node):
         """A ``for`` over ``range`` that breaks or continues, as a while
         loop (then converted); None for any other loop."""
-        it = node.iter
-        if not (self.control and isinstance(it, ast.Call) and isinstance(it.func, ast.Name)
-                and it.func.id == "range" and not it.keywords and 1 <= len(it.args) <= 3
-                and not any(isinstance(a, ast.Starred) for a in it.args)
-                and isinstance(node.target, ast.Name)):
+        if not (self.control and _range_for_or_while(node)):
             return None
         self.count += 1
         flagged = jumps_to_flags(node, self.count)
@@ -754,7 +751,12 @@ class Undefined:
         raise NotConverted(self._where, f"'{self._name}' is {self._why}, and it is read after "
                                         f"the statement; bind it before the statement")
 
-    __getattr__ = __bool__ = __array__ = __index__ = __float__ = __int__ = __len__ = \
+    def __getattr__(self, name):
+        if name.startswith("_"):     # a probe (hasattr(v, "_trace")): not a read
+            raise AttributeError(name)
+        self._fail()
+
+    __bool__ = __array__ = __index__ = __float__ = __int__ = __len__ = \
         __iter__ = __getitem__ = __call__ = _fail
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = \
         __rtruediv__ = __pow__ = __rpow__ = __neg__ = __matmul__ = __rmatmul__ = \
@@ -823,6 +825,50 @@ def _as_array(v, dtype, where, name):
     return a
 
 
+def _unique(values):
+    """The distinct objects of ``values``, in order (by identity)."""
+    out, seen = [], set()
+    for v in values:
+        if id(v) not in seen:
+            seen.add(id(v))
+            out.append(v)
+    return out
+
+
+def _index_of(objs, v):
+    return next(i for i, o in enumerate(objs) if o is v)
+
+
+class _Aliases(threading.local):
+    """Outer arrays -> the body inputs standing for them, innermost last."""
+    def __init__(self):
+        self.stack = []
+
+
+_ALIASES = _Aliases()
+
+
+@contextlib.contextmanager
+def _reading_through(outer, inner):
+    """While a body runs: a name bound (by closure) to an array the body
+    takes as an operand reads the operand, so a write through one name is
+    seen through the other, as in NumPy (``z = y; if c: y[0] += v; s = z[0]``)."""
+    _ALIASES.stack.append({id(o): i for o, i in zip(outer, inner) if _is_tracer(o)})
+    try:
+        yield
+    finally:
+        _ALIASES.stack.pop()
+
+
+def alias_in(value):
+    """The innermost body input standing for the outer array ``value``, or None."""
+    for m in reversed(_ALIASES.stack):
+        t = m.get(id(value))
+        if t is not None:
+            return t
+    return None
+
+
 class _no_view_marks:
     """A loop or branch node may pass an operand through, so tracing marks
     its operands and results as sharing memory; the statement as written
@@ -840,22 +886,30 @@ class _no_view_marks:
         return False
 
 
-def _trace_fn(fn, args, where, contain=False):
-    """``fn(*args)`` traced as a body (to see what it gives), outputs as is."""
+def _trace_fn(fn, args, where, contain=False, aliases=True):
+    """``fn(*args)`` traced as a body (to see what it gives), outputs as is;
+    (outputs, the positions updated in place, the outer values it read).
+    ``aliases``: one body input per array object, read through every name."""
+    objs = _unique([v for v in args if _is_tracer(v)])
     arrays = [k for k, v in enumerate(args) if _is_tracer(v)]
     outs = []
 
-    def flat(*xs):
+    if not aliases:
+        objs = [args[k] for k in arrays]
+
+    def flat(*ins):
+        xs = [ins[_index_of(objs, args[k])] for k in arrays] if aliases else list(ins)
         full = list(args)
         for k, x in zip(arrays, xs):
             full[k] = x
         first = [x._id for x in xs]
-        res = fn(*full)
+        with _reading_through(objs if aliases else (), ins):
+            res = fn(*full)
         outs.append((res, xs, first))
         return tuple(r for r in res if _is_tracer(r))
     try:
-        control._trace(flat, [control._leaf_aval(args[k]) for k in arrays],
-                       [control._face(args[k]) for k in arrays], contain)
+        _, captured, _ = control._trace(flat, [control._leaf_aval(v) for v in objs],
+                                        [control._face(v) for v in objs], contain)
     except NotConverted:
         raise
     except Exception as e:   # noqa: BLE001 -- said as the reason of the eager fallback
@@ -864,7 +918,7 @@ def _trace_fn(fn, args, where, contain=False):
     # which inputs the function updated in place (y[i] = v rebinds the
     # tracer y to a new node, keeping the object)
     written = {k for k, x, i in zip(arrays, xs, first) if res[k] is x and x._id != i}
-    return res, written
+    return res, written, captured
 
 
 def _container(v):
@@ -883,7 +937,7 @@ def _unflatten(tree, leaves):
     return leaves[0] if tree is None else control.hooks.tree_unflatten(tree, list(leaves))
 
 
-def _plan_leaf(vals, v0, where, name, what):
+def _plan_leaf(vals, v0, where, name, what, cast=False):
     """("same", value) for a leaf every path leaves alone (not an array), or
     ("array", shape, dtype) for one the statement's node gives."""
     if all(v is v0 for v in vals) and not _arraylike(v0):
@@ -896,6 +950,10 @@ def _plan_leaf(vals, v0, where, name, what):
                                   f"that differs between the paths of the {what}; only "
                                   f"arrays and numbers can depend on a traced condition")
     avals = {_aval(v) for v in arrays}
+    if cast and len({s for s, _ in avals}) == 1 and len(avals) > 1:
+        shape = next(iter(avals))[0]
+        avals = {(shape, np.result_type(*[d for _, d in avals],
+                                        *[np.asarray(v).dtype for v in numbers]))}
     if len(avals) > 1:
         desc = " vs ".join(f"{d}{list(s)}" for s, d in sorted(avals, key=str))
         raise NotConverted(where, f"'{name}' has different shapes or dtypes on the paths "
@@ -912,7 +970,7 @@ def _plan_leaf(vals, v0, where, name, what):
     return ("array", shape, dtype)
 
 
-def _plan(results, init, names, where, what):
+def _plan(results, init, names, where, what, cast=False):
     """How each name comes out of a statement with several paths (the
     branches of an if): ("same",) unchanged, ("undefined", why), or
     ("tree", structure, leaf plans, fill) -- ``fill``: a rewrite's own
@@ -945,10 +1003,17 @@ def _plan(results, init, names, where, what):
         init_leaves, init_tree = _flatten(v0)
         if init_tree != tree or (tree is None and _absent(v0)):
             init_leaves = [UNBOUND] * len(flat[0][0])
-        leaves = [_plan_leaf([f[0][j] for f in flat], init_leaves[j], where, name, what)
-                  for j in range(len(flat[0][0]))]
-        if fill and any(p[0] == "same" for p in leaves):
-            raise NotConverted(where, f"the value of '{name}' holds a Python object")
+        try:
+            leaves = [_plan_leaf([f[0][j] for f in flat], init_leaves[j], where, name, what,
+                                 cast) for j in range(len(flat[0][0]))]
+        except NotConverted:
+            if not fill:
+                raise
+            leaves = None
+        if fill and (leaves is None or any(p[0] == "same" for p in leaves)):
+            # a rewrite's own loop temporary (a range, a Python counter): not read after
+            plan.append(("undefined", f"a loop temporary bound on one path only of the {what}"))
+            continue
         plan.append(("tree", tree, leaves, fill))
     return plan
 
@@ -971,7 +1036,7 @@ def _rebuilt(p, outs):
 def _shaped(v, plan_k, where, name):
     """A value of a path, as the array the plan wants."""
     if _is_tracer(v):
-        return v
+        return v if np.dtype(v.dtype) == np.dtype(plan_k[2]) else _ops.astype(v, plan_k[2])
     return _as_array(v, plan_k[2], where, name) if _number(v) and not isinstance(
         v, np.ndarray) else np.asarray(v, dtype=plan_k[2])
 
@@ -991,23 +1056,24 @@ def if_stmt(test, then_fn, else_fn, names, line, reason):
     return _branches(pred, (else_fn, then_fn), init, names, where, "if statement")
 
 
-def _branches(pred, fns, init, names, where, what):
-    traced = [_trace_fn(f, init, where, contain=True) for f in fns]
-    plan = _plan([r for r, _ in traced], init, names, where, what)
+def _branches(pred, fns, init, names, where, what, cast=False):
+    traced = [_trace_fn(f, init, where, contain=True)[:2] for f in fns]
+    plan = _plan([r for r, _ in traced], init, names, where, what, cast)
     # an array a branch updates in place (y[i] = v) is updated for every
     # name bound to it, as NumPy would
     in_place = [any(k in written for _, written in traced) for k in range(len(names))]
     out_at = [k for k, p in enumerate(plan) if p[0] == "tree"]
     counts = [sum(lp[0] == "array" for lp in plan[k][2]) for k in out_at]
-    operands = tuple(init[k] for k in range(len(names)) if _arraylike(init[k]))
-    op_at = [k for k in range(len(names)) if _arraylike(init[k])]
+    # one operand per array object: two names bound to one array are one
+    # value in the branch, as in NumPy
+    op_objs = _unique([init[k] for k in range(len(names)) if _arraylike(init[k])])
+    operands = tuple(op_objs)
 
     def branch(fn):
         def run(*ops):
-            full = list(init)
-            for k, v in zip(op_at, ops):
-                full[k] = v
-            res = fn(*full)
+            full = [ops[_index_of(op_objs, v)] if _arraylike(v) else v for v in init]
+            with _reading_through(op_objs, ops):
+                res = fn(*full)
             return tuple(x for k in out_at for x in _path_leaves(res[k], plan[k], where,
                                                                  names[k]))
         return run
@@ -1065,13 +1131,12 @@ def _select(cond, a, b, where):
 
 
 def and_(a, *thunks):
-    """``a and b and ...`` (the later operands as thunks: evaluated only when
-    Python would, and on every path when ``a`` is traced)."""
+    """``a and b and ...`` (the later operands as thunks, evaluated only when
+    Python would: on a traced ``a``, in a branch of a cond node)."""
     for k, th in enumerate(thunks):
         if _unknown(a):
-            where = _where(sys._getframe(1), sys._getframe(1).f_lineno)
-            b = and_(th(), *thunks[k + 1:])
-            return _select(_truth(a, where), b, a, where)
+            rest = thunks[k + 1:]
+            return _short_circuit(a, lambda: and_(th(), *rest), True, sys._getframe(1))
         if not a:
             return a
         a = th()
@@ -1082,13 +1147,25 @@ def or_(a, *thunks):
     """``a or b or ...``."""
     for k, th in enumerate(thunks):
         if _unknown(a):
-            where = _where(sys._getframe(1), sys._getframe(1).f_lineno)
-            b = or_(th(), *thunks[k + 1:])
-            return _select(_truth(a, where), a, b, where)
+            rest = thunks[k + 1:]
+            return _short_circuit(a, lambda: or_(th(), *rest), False, sys._getframe(1))
         if a:
             return a
         a = th()
     return a
+
+
+def _short_circuit(a, later, is_and, frame):
+    """``a and later()`` (``a or later()``) on a traced ``a``: a cond node
+    whose branch runs ``later`` only where Python would; the two results
+    share their dtype (False and 0.0 are the same number)."""
+    where = _where(frame, frame.f_lineno)
+    pred = _truth(a, where)
+    first = (lambda v: (a,))
+    second = (lambda v: (later(),))
+    fns = (first, second) if is_and else (second, first)    # index 0: a is false
+    return _branches(pred, fns, (UNBOUND,), ("<the and/or expression>",), where,
+                     "and/or expression", cast=True)[0]
 
 
 def not_(a):
@@ -1112,15 +1189,16 @@ _COMPARE = {"Lt": operator.lt, "LtE": operator.le, "Gt": operator.gt, "GtE": ope
 
 
 def compare_chain(ops, left, *thunks):
-    """``a < b < c``: ``a < b and b < c``, each operand evaluated once."""
-    last = [left]
-
-    def step(k):
+    """``a < b < c``: ``a < b and b < c``, each operand evaluated where
+    Python would (a thunk may run again when a branch is traced again, so
+    nothing here keeps state between runs)."""
+    def rest(prev, k):
         right = thunks[k]()
-        r = _COMPARE[ops[k]](last[0], right)
-        last[0] = right
-        return r
-    return and_(step(0), *[functools.partial(step, k) for k in range(1, len(ops))])
+        r = _COMPARE[ops[k]](prev, right)
+        if k + 1 == len(ops):
+            return r
+        return and_(r, lambda: rest(right, k + 1))
+    return rest(left, 0)
 
 
 def min_max(fn, *args, **kwargs):
@@ -1149,11 +1227,25 @@ def min_max(fn, *args, **kwargs):
     return best
 
 
+def as_sequence(it):
+    """What a ``for`` loop rewritten into a while loop iterates over, as a
+    sequence it can index: a range, list, tuple or array (traced too) as
+    it is, any other iterable (a generator, a dict) as the list of its items."""
+    if isinstance(it, (range, list, tuple, np.ndarray)) or _is_tracer(it):
+        return it
+    return list(it)
+
+
 def range_item(r, k):
     """``r[k]`` for the index of a ``for`` loop rewritten into a while loop."""
     if isinstance(k, (int, np.integer)):
         return r[int(k)]
-    return r.start + k * r.step
+    if isinstance(r, range):
+        return r.start + k * r.step
+    if _is_tracer(r) or isinstance(r, np.ndarray):
+        return r[k]             # the row at a traced index
+    raise NotConverted(("<for loop>", 0), f"the loop runs over a {type(r).__name__}, whose "
+                                          f"items a traced counter cannot index")
 
 
 def while_stmt(test_fn, body_fn, names, line, reason):
@@ -1227,9 +1319,9 @@ def _while_node(c, test_fn, body_fn, vals, names, where):
     def body_flat(*flat):
         return tuple(slots.leaves(body_fn(*slots.values(list(flat))), where))
 
-    written = set()
+    written, captured, maybe_bound = set(), [], set()
     for _ in range(6):   # the carry grows until one iteration keeps it
-        res_vals, _ = _trace_fn(body_fn, slots.values(slots.flat), where)
+        res_vals = _trace_fn(body_fn, slots.values(slots.flat), where, True, False)[0]
         grown = False
         for k, r in enumerate(res_vals):
             if slots.trees[k] is None and _absent(slots.flat[slots.owner.index(k)]) \
@@ -1239,11 +1331,13 @@ def _while_node(c, test_fn, body_fn, vals, names, where):
                 grown = True
         if grown:
             continue
-        res, written = _trace_fn(body_flat, slots.flat, where)
+        res, written, captured = _trace_fn(body_flat, slots.flat, where, True, False)
         changed = False
         for j, (v, r) in enumerate(zip(slots.flat, res)):
             name = names[slots.owner[j]]
             if _arraylike(v) or r is v or (_absent(r) and _absent(v)):
+                if _absent(v) and type(r) is Undefined:
+                    maybe_bound.add(slots.owner[j])
                 continue
             if _absent(v) and _arraylike(r):
                 shape, dtype = _aval(r)
@@ -1269,6 +1363,16 @@ def _while_node(c, test_fn, body_fn, vals, names, where):
     flat = slots.flat
     carried = [j for j, v in enumerate(flat) if _arraylike(v)]
     fixed = {j: v for j, v in enumerate(flat) if j not in set(carried)}
+    # an array updated in place in the loop and bound to another name too (or
+    # read through one) would be two values here: run it as written
+    for j in written:
+        others = [i for i in carried if i != j and flat[i] is flat[j]]
+        if others or any(getattr(c, "_trace", None) is flat[j]._trace and c._id == flat[j]._id
+                         for c in captured):
+            raise NotConverted(where, f"'{names[slots.owner[j]]}' is updated in place in the "
+                                      f"while loop and the same array is bound to another name")
+    python_ints = [j for j in promoted if j in set(carried)
+                   and np.dtype(flat[j].dtype).kind in "iu"]
 
     def full(carry):
         f = list(flat)
@@ -1281,9 +1385,12 @@ def _while_node(c, test_fn, body_fn, vals, names, where):
         return _truth(r, where) if _is_tracer(r) else np.bool_(bool(r))
 
     def body_fun(carry):
+        for j in python_ints:   # a Python int in the loop as written: y[i] is a view
+            t = carry[carried.index(j)]
+            t._trace.python_ints = set(getattr(t._trace, "python_ints", None) or ()) | {t._id}
         res = body_flat(*full(carry))
         for j, v in fixed.items():
-            if res[j] is not v:
+            if res[j] is not v and not (_absent(res[j]) and _absent(v)):
                 raise NotConverted(where, f"'{names[slots.owner[j]]}' changes in the while "
                                           f"loop and is not an array or a number")
         out = []
@@ -1300,7 +1407,7 @@ def _while_node(c, test_fn, body_fn, vals, names, where):
     try:
         with _no_view_marks(trace):
             out = control.while_loop(cond_fun, body_fun, tuple(flat[j] for j in carried),
-                                     checkpoint=loop_checkpoint())
+                                     checkpoint=loop_checkpoint(), contain=True)
     except NotConverted:
         raise
     except TypeError as e:
@@ -1312,6 +1419,9 @@ def _while_node(c, test_fn, body_fn, vals, names, where):
                                    f"loop at {_at(where)}", f"'{names[slots.owner[j]]} = ...'")
         result[j] = v
     values = slots.values(result)
+    for k in maybe_bound:       # bound on some path of an iteration: unknown after
+        values[k] = Undefined(names[k], where, f"bound on some paths only of the while loop "
+                                               f"at {_at(where)}")
     for k in born:
         if not names[k].startswith(_VAR):   # the rewrite's own names are read only where set
             values[k] = Undefined(names[k], where, f"bound only inside the while loop at "

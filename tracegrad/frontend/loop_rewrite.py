@@ -584,7 +584,7 @@ def _is_tracer(x):
 
 
 def _same_python_value(a, b):
-    if a is b:
+    if a is b or (branch_rewrite._absent(a) and branch_rewrite._absent(b)):
         return True
     if type(a) is not type(b) or not isinstance(a, (bool, int, float, complex, str, bytes)):
         return False

@@ -733,6 +733,11 @@ class Trace:
     def operand(self, a):
         if isinstance(a, Tracer):
             if a._trace is not self and self.is_body and a._trace.level < self.level:
+                alias = branch_rewrite.alias_in(a)   # another name of a branch's operand
+                if alias is not None and alias._trace is self:
+                    return alias.id
+                if alias is not None and alias._trace.level < self.level:
+                    return self._capture(alias)
                 return self._capture(a)
             if a._trace is not self:
                 raise TraceError("a value from one trace was used inside another (a tracer "
@@ -934,7 +939,7 @@ class Trace:
             return False
         if any(type(a) is not Tracer or a.shape or a.dtype.kind not in "iu" for a in arrays):
             return False
-        return self.python_int_nodes([a._id for a in arrays])
+        return all(a._trace.python_int_nodes([a._id]) for a in arrays)
 
     def python_int_nodes(self, ids):
         """Are these nodes 0-d integers that are Python ints or NumPy integer

@@ -1598,13 +1598,16 @@ def while_policy(checkpoint, carry_bytes):
                      f"(about 2 sqrt(n) carries) or a memory budget such as '50MB'")
 
 
-def while_loop(cond_fun, body_fun, init_val, *, checkpoint=None):
+def while_loop(cond_fun, body_fun, init_val, *, checkpoint=None, contain=False):
     """``while cond_fun(val): val = body_fun(val)``; returns val (JAX's
     ``lax.while_loop``).  Unlike JAX, reverse mode works, to any order: it
     records the forward run (its trip count and the states it visited), and
     every derivative is that of the loop unrolled for that trip count.
     ``checkpoint`` bounds the memory of reverse mode (``while_policy``):
-    the derivatives are the same numbers, for about one more forward run."""
+    the derivatives are the same numbers, for about one more forward run.
+    ``contain``: every op the bodies run is recorded in them, also one on
+    values from outside only (a Python loop's body, converted: it runs each
+    iteration as written, and not at all when the loop does not run)."""
     if not callable(cond_fun) or not callable(body_fun):
         raise TypeError("while_loop: cond_fun and body_fun must be callable")
     while_policy(checkpoint, 1)     # a bad value is an error in every mode
@@ -1640,8 +1643,8 @@ def while_loop(cond_fun, body_fun, init_val, *, checkpoint=None):
         return tuple(leaves)
 
     try:
-        cb, c_cap, _ = _trace(flat_cond, c_avals, faces)
-        bb, b_cap, _ = _trace(flat_body, c_avals, faces)
+        cb, c_cap, _ = _trace(flat_cond, c_avals, faces, contain)
+        bb, b_cap, _ = _trace(flat_body, c_avals, faces, contain)
     except _Eager:
         return eager()
     if mode is None and not any(_is_tracer(c) for c in c_cap + b_cap):
