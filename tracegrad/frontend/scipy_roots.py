@@ -63,6 +63,9 @@ def _values(args, depth=0):
                 except ValueError:
                     pass
             out += _values(tuple(cells) + tuple(v.__defaults__ or ()), depth + 1)
+    if depth == 0:      # a value reached two ways (args and a closure) is one value
+        seen = set()
+        out = [v for v in out if not (id(v) in seen or seen.add(id(v)))]
     return out
 
 
@@ -77,14 +80,14 @@ def _where():
     return "?"
 
 
-def _needs_values(qualname, values):
+def _needs_values(qualname, values, how="the implicit function theorem's"):
     """Under tracing: ask the compiled transform to run the function eagerly."""
     if not any(hasattr(v, "_trace") for v in values):
         return
     trace_mod = sys.modules.get("tracegrad.frontend.trace")
     where = _where()
-    reason = (f"{qualname} runs SciPy's solver on values (its derivative is the implicit "
-              f"function theorem's, computed eagerly)")
+    reason = (f"{qualname} runs SciPy's solver on values (its derivative is {how}, "
+              f"computed eagerly)")
     raise trace_mod.ValueDependentTraceError(
         f"{qualname} at {where} needs the values of its arguments: {reason}. Run the "
         f"function eagerly (compile=False), or let the compiled transform fall back to "
@@ -226,7 +229,7 @@ def _quad(original, func, a, b, args=(), *rest, **kwargs):
     if not isinstance(args, tuple):
         args = (args,)
     values = _values((func, args))
-    _needs_values(qualname, values + _values((a, b)))
+    _needs_values(qualname, values + _values((a, b)), "the integral of the integrand's gradient")
     af, bf = _float(a), _float(b)
     res = original(_plain(func), af, bf, tuple(args), *rest, **kwargs)
     thetas = [v for v in values if getattr(v, "requires_grad", False)]
@@ -336,7 +339,7 @@ def _odeint(original, func, y0, t, args=(), *rest, **kwargs):
     else:
         rhs = func
     values = _values((func, args))
-    _needs_values(qualname, values + _values((y0, t)))
+    _needs_values(qualname, values + _values((y0, t)), "by forward sensitivities")
     if is_value(t) and getattr(t, "requires_grad", False):
         raise NotImplementedError(f"{qualname}: a derivative in the time points is not "
                                   f"supported by tracegrad")
@@ -363,7 +366,7 @@ def _solve_ivp(original, fun, t_span, y0, method="RK45", t_eval=None, dense_outp
     qualname = "scipy.integrate.solve_ivp"
     args = () if args is None else (args if isinstance(args, tuple) else (args,))
     values = _values((fun, args))
-    _needs_values(qualname, values + _values((y0, t_span, t_eval)))
+    _needs_values(qualname, values + _values((y0, t_span, t_eval)), "by forward sensitivities")
     if dense_output or events is not None or vectorized:
         if values:
             raise NotImplementedError(f"{qualname}: dense_output, events and vectorized are "
