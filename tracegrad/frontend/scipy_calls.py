@@ -11,7 +11,11 @@ for what SciPy the function names:
 * a SciPy function named directly (``from scipy.linalg import expm``): a
   stand-in keyed by the identity of SciPy's function object;
 * a ``scipy.stats`` distribution (``norm``) or a frozen one (``norm(0, 2)``
-  made outside the function): a stand-in whose methods are tracegrad's.
+  made outside the function): a stand-in whose methods are tracegrad's;
+* a ``scipy.interpolate`` interpolator made from plain arrays (outside the
+  function, or by a SciPy class the function calls on constants): a stand-in
+  that evaluates tracegrad values from its coefficients
+  (``tracegrad.ops.scipy_interpolate.adopt``), plain ones with SciPy.
 
 A stand-in calls tracegrad's implementation (``tracegrad.ops.scipy_*``, the
 table ``tracegrad.scipy`` exposes too) only when an argument is a value
@@ -34,7 +38,7 @@ import types
 import numpy as np
 
 from tracegrad.frontend import scipy_roots
-from tracegrad.ops import scipy_linalg, scipy_more, scipy_special, scipy_stats
+from tracegrad.ops import scipy_interpolate, scipy_linalg, scipy_more, scipy_special, scipy_stats
 from tracegrad.ops.base import is_value
 
 # SciPy's module -> {public name: tracegrad's implementation}
@@ -45,6 +49,7 @@ IMPLEMENTED = {
     "scipy.fft": dict(scipy_more.FFT),
     "scipy.integrate": dict(scipy_more.INTEGRATE),
     "scipy.stats": {},
+    "scipy.interpolate": dict(scipy_interpolate.FUNCTIONS),
 }
 # SciPy's private modules where the public objects live (scipy.linalg._basic.solve...)
 _PUBLIC = ("scipy.special", "scipy.linalg", "scipy.signal", "scipy.fft", "scipy.integrate",
@@ -209,6 +214,10 @@ def _stand_in(value, mod):
     name = getattr(value, "__name__", None) or type(value).__name__
     public = _public_module(mod, name)
     impl = _implementation(public, name, value)
+    if public == "scipy.interpolate":
+        routed = _interpolate_stand_in(value, impl, name)
+        if routed is not None:
+            return routed
     if impl is not None and getattr(sys.modules.get(public), name, None) is value:
         return _routed(value, impl, f"{public}.{name}")
     return _refusing(value, f"{public}.{name}")
@@ -220,6 +229,41 @@ def _routed(original, impl, qualname):
         if _holds_value(args, kwargs):
             return impl(*args, **kwargs)
         return original(*args, **kwargs)
+    call.__tracegrad_implementation__ = impl
+    call.__tracegrad_scipy__ = qualname
+    return call
+
+
+# --- scipy.interpolate: classes and the interpolators they make ------------------------------
+
+def _adopted(obj):
+    """tracegrad's stand-in for a SciPy interpolator made from plain arrays, or None."""
+    try:
+        return scipy_interpolate.adopt(obj)
+    except NotImplementedError:     # a method tracegrad does not evaluate: SciPy's refuses
+        return None
+
+
+def _interpolate_stand_in(value, impl, name):
+    """A SciPy interpolator object the function reads (made outside it): its
+    stand-in evaluates tracegrad values.  A class or function of
+    scipy.interpolate: tracegrad's on tracegrad values; on plain arrays
+    SciPy's, its result adopted so that it can be evaluated on tracegrad
+    values later in the function."""
+    if not isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType)):
+        return _adopted(value)
+    if impl is None or getattr(sys.modules.get("scipy.interpolate"), name, None) is not value:
+        return None
+    qualname = f"scipy.interpolate.{name}"
+
+    @functools.wraps(value)
+    def call(*args, **kwargs):
+        if _holds_value(args, kwargs) or scipy_interpolate._any_value(
+                *args, *kwargs.values()):
+            return impl(*args, **kwargs)
+        result = value(*args, **kwargs)
+        mine = _adopted(result)
+        return result if mine is None else mine
     call.__tracegrad_implementation__ = impl
     call.__tracegrad_scipy__ = qualname
     return call

@@ -115,8 +115,9 @@ def batch_graph(g, batched, B, trace=None, inputs=None):
     trace (composition); otherwise it returns a new graph whose batched
     inputs have shape (B,) + shape.  Every output is batched."""
     from tracegrad.ops import broadcast_to
-    own = trace is None
-    T = trace or Trace(g.graph.get("backend", "numpy"))
+    own = inputs is None
+    # (a body with no inputs records into the trace its constants' ops meet)
+    T = trace if trace is not None else Trace(g.graph.get("backend", "numpy")) if own else None
     if inputs is None:
         inputs = []
         for v, b in zip(g.graph["inputs"], batched):
@@ -142,12 +143,14 @@ def batch_graph(g, batched, B, trace=None, inputs=None):
         prim = primitives.get(op)
         vals = [env[u][0] for u in ops]
         flags = [env[u][1] for u in ops]
-        T.loc_override = d.get("loc")
+        if T is not None:
+            T.loc_override = d.get("loc")
         if not any(flags):
             env[v] = (primitives.bind(prim, *vals, **d["attrs"]), False)
         else:
             env[v] = (batch_rule(prim, vals, flags, d["attrs"], B), True)
-        T.loc_override = None
+        if T is not None:
+            T.loc_override = None
     outs = []
     for v in g.graph["outputs"]:
         val, b = env[v]
@@ -168,7 +171,8 @@ def _batch_body(body, flags, B):
              for a, f in zip(body.in_avals, flags)]
 
     def f(*xs):
-        return tuple(batch_graph(g, list(flags), B, trace=xs[0]._trace, inputs=list(xs)))
+        return tuple(batch_graph(g, list(flags), B, trace=xs[0]._trace if xs else None,
+                                 inputs=list(xs)))
     bb, captured, _ = trace_body(f, avals)
     return bb
 

@@ -10,6 +10,6 @@ The implementations live in the op layer (``tracegrad/ops/scipy_*.py``).
 
 A public face, on top of the layers: it may import any of them.
 """
-from tracegrad.scipy import special, stats, linalg, signal, fft, integrate
+from tracegrad.scipy import special, stats, linalg, signal, fft, integrate, interpolate
 
-__all__ = ["special", "stats", "linalg", "signal", "fft", "integrate"]
+__all__ = ["special", "stats", "linalg", "signal", "fft", "integrate", "interpolate"]
