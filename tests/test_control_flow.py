@@ -564,3 +564,13 @@ def test_an_nn_module_with_a_branch_compiles_and_trains():
         np.testing.assert_allclose(out.item(), ref.item(), rtol=1e-12)
         np.testing.assert_allclose(g.numpy(), net.lin.weight.grad.numpy(), rtol=1e-12)
         net.zero_grad()
+
+
+def test_hessian_through_a_branch_that_reads_no_array():
+    # a conditional expression whose branches are constants: a cond node
+    # with no operands, batched by the Hessian's forward mode
+    def f(x):
+        return np.sum(x ** 2) * (2.0 if x[0] > 0 else 3.0)
+    for x in (np.array([0.5, -0.2]), np.array([-0.5, 0.3])):
+        np.testing.assert_allclose(tg.hessian(f, fallback=False)(x),
+                                   tg.hessian(f, compile=False)(x), rtol=1e-12)
