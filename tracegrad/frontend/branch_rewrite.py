@@ -950,7 +950,7 @@ def _plan_leaf(vals, v0, where, name, what, cast=False):
                                   f"that differs between the paths of the {what}; only "
                                   f"arrays and numbers can depend on a traced condition")
     avals = {_aval(v) for v in arrays}
-    if cast and len({s for s, _ in avals}) == 1 and len(avals) > 1:
+    if cast and len({s for s, _ in avals}) == 1 and (len(avals) > 1 or numbers):
         shape = next(iter(avals))[0]
         avals = {(shape, np.result_type(*[d for _, d in avals],
                                         *[np.asarray(v).dtype for v in numbers]))}
