@@ -412,3 +412,50 @@ def test_a_compiled_function_passes_tangents_through():
         # a compiled derivative cannot carry them: said, not dropped
         with pytest.raises(NotImplementedError, match="dual tensors"):
             tg.grad(lambda x: np.sum(np.sin(x)))(fwAD.make_dual(tg.tensor(xv), tg.tensor(tv)))
+
+
+# --- the forward-mode AD tutorial's nn.Linear and functional_call (issue 27) --------
+
+def _linear():
+    model = tg.nn.Linear(5, 5)
+    with tg.no_grad():
+        model.weight.copy_(tg.tensor([[0.1 * (i - j) for j in range(5)] for i in range(5)]))
+        model.bias.copy_(tg.tensor([0.1, -0.2, 0.3, -0.4, 0.5]))
+    return model
+
+
+_INPUT = [[1.0, 2.0, 3.0, 4.0, 5.0], [0.5, -0.5, 1.5, -1.5, 2.0], [0.0, 1.0, 0.0, 1.0, 0.0]]
+# torch 2.13: the tangent of Linear with every parameter's tangent 0.5
+_JVP = [[8.0] * 5, [1.5] * 5, [1.5] * 5]
+
+
+def test_dual_parameters_of_a_module():
+    model = _linear()
+    params = dict(model.named_parameters())
+    with fwAD.dual_level():
+        for name, p in params.items():
+            delattr(model, name)
+            setattr(model, name, fwAD.make_dual(p, tg.ones_like(p) * 0.5))
+        out = model(tg.tensor(_INPUT))
+        np.testing.assert_allclose(fwAD.unpack_dual(out).tangent.tolist(), _JVP, rtol=1e-6)
+
+
+def test_functional_call_of_a_module_with_dual_parameters():
+    model = _linear()
+    params = dict(model.named_parameters())
+    with fwAD.dual_level():
+        dual = {k: fwAD.make_dual(p, tg.ones_like(p) * 0.5) for k, p in params.items()}
+        out = tg.func.functional_call(model, dual, tg.tensor(_INPUT))
+        np.testing.assert_allclose(fwAD.unpack_dual(out).tangent.tolist(), _JVP, rtol=1e-6)
+    # the module gets its own parameters back
+    assert model.weight is params["weight"] and model.bias is params["bias"]
+    # torch.func.jvp over the module's parameters
+    detached = {k: v.detach() for k, v in params.items()}
+    tangents = {k: tg.ones_like(v) * 0.5 for k, v in params.items()}
+    _, t = tg.func.jvp(lambda p: tg.func.functional_call(model, p, tg.tensor(_INPUT)),
+                       (detached,), (tangents,))
+    np.testing.assert_allclose(t.tolist(), _JVP, rtol=1e-6)
+    # strict names the missing and unexpected keys
+    with pytest.raises(RuntimeError, match="Missing key"):
+        tg.func.functional_call(model, {"weight": params["weight"]}, tg.tensor(_INPUT),
+                                strict=True)

@@ -174,3 +174,39 @@ def test_jacobian_is_one_compiled_call():
     statements = [l for l in src.splitlines() if " = " in l and not l.strip().startswith("#")]
     assert len(statements) < 40, len(statements)
     assert "np.eye(50" in src
+
+
+# --- x.data in the function: a value cut from the gradient (issue 27) ---------------
+
+def _do_stuff(x):
+    y = x * 2
+    while y.data.norm() < 1000:
+        y = y * 2
+    return y
+
+
+def test_vjp_jvp_jacobian_of_a_loop_on_y_data():
+    # The Fundamentals-of-Autograd tutorial; numbers from torch 2.13.
+    v = tg.tensor([0.1, 1.0, 0.0001])
+    for inp, out, grad in (
+            ([0.1, 0.2, 0.3], [409.6000061035156, 819.2000122070312, 1228.800048828125],
+             [409.6000061035156, 4096.0, 0.40959998965263367]),
+            ([1.5, -2.0, 3.0], [768.0, -1024.0, 1536.0],
+             [51.20000076293945, 512.0, 0.05119999870657921]),
+            ([100.0, 0.0, 0.0], [1600.0, 0.0, 0.0],
+             [1.600000023841858, 16.0, 0.0015999999595806003])):
+        o, g = F.vjp(_do_stuff, tg.tensor(inp), v)
+        np.testing.assert_allclose(o.tolist(), out, rtol=1e-6)
+        np.testing.assert_allclose(g.tolist(), grad, rtol=1e-6)
+    assert F.jvp(_do_stuff, tg.tensor([1.5, -2.0, 3.0]), tg.ones(3))[1].tolist() == [512.0] * 3
+    assert F.jacobian(_do_stuff, tg.tensor([0.1, 0.2, 0.3])).tolist() == \
+        (np.eye(3) * 4096).tolist()
+
+
+def test_data_of_a_traced_value_is_detached():
+    # y.data inside the function: the value without its gradient, as torch's
+    def f(x):
+        return (x * x.data).sum()
+    x = tg.tensor([1.0, 2.0, 3.0])
+    assert F.jacobian(f, x).tolist() == [1.0, 2.0, 3.0]
+    assert tg.func.grad(f)(x).tolist() == [1.0, 2.0, 3.0]

@@ -370,3 +370,61 @@ def test_nodes_are_named_after_the_method_that_made_them_as_in_torch():
     z = tg.tensor([[1.0, 5.0, 2.0], [7.0, 0.0, 1.0]], requires_grad=True)
     (z.max(1)[0].sum() + z.t().sum() * 2).backward()
     np.testing.assert_array_equal(z.grad.numpy(), [[2, 3, 2], [3, 2, 2]])
+
+
+# --- reflected operators record the tensor first, as torch does (issue 27) ----------
+
+def _edge_names(t):
+    return [(None if f is None else f.name(), i) for f, i in t.grad_fn.next_functions]
+
+
+def test_reflected_operators_record_torch_next_functions():
+    # torch 2.13: 2 * b is b.__rmul__(2) = mul(b, 2), so the tensor's edge is first
+    a = tg.tensor([0.5, 1.0], requires_grad=True)
+    b = a.sin()
+    want = {
+        "2*b": ("MulBackward0", [("SinBackward0", 0), (None, 0)]),
+        "b*2": ("MulBackward0", [("SinBackward0", 0), (None, 0)]),
+        "2.0*b": ("MulBackward0", [("SinBackward0", 0), (None, 0)]),
+        "True*b": ("MulBackward0", [("SinBackward0", 0), (None, 0)]),
+        "2+b": ("AddBackward0", [("SinBackward0", 0), (None, 0)]),
+        "b+2": ("AddBackward0", [("SinBackward0", 0), (None, 0)]),
+        "b-2": ("SubBackward0", [("SinBackward0", 0), (None, 0)]),
+        "2/b": ("MulBackward0", [("ReciprocalBackward0", 0), (None, 0)]),
+        "b/2": ("DivBackward0", [("SinBackward0", 0), (None, 0)]),
+    }
+    got = {"2*b": 2 * b, "b*2": b * 2, "2.0*b": 2.0 * b, "True*b": True * b, "2+b": 2 + b,
+           "b+2": b + 2, "b-2": b - 2, "2/b": 2 / b, "b/2": b / 2}
+    for k, (name, edges) in want.items():
+        assert got[k].grad_fn.name() == name, k
+        assert _edge_names(got[k]) == edges, k
+    # 2 / b is b.reciprocal() * 2, whose reciprocal node follows b
+    r = (2 / b).grad_fn.next_functions[0][0]
+    assert r.next_functions[0][0] is b.grad_fn
+    # the Gentle-introduction walk: d = 2 * sin(a) + 1
+    d = 2 * b + 1
+    walk = d.grad_fn.next_functions[0][0].next_functions[0][0]
+    assert walk is b.grad_fn
+    assert walk.next_functions[0][0].name() == "torch::autograd::AccumulateGrad"
+    assert (2 ** b).grad_fn.name() == "PowBackward2"
+    assert (2.5 ** b).grad_fn.name() == "PowBackward2"
+    assert (b ** 2).grad_fn.name() == "PowBackward0"
+
+
+def test_reflected_operators_values_and_gradients_match_torch():
+    # torch 2.13, float32 (2 / b is computed as b.reciprocal() * 2)
+    a = tg.tensor([0.3, 0.7, 1.1], requires_grad=True)
+    assert (2 / a.sin()).tolist() == [6.767726421356201, 3.1045408248901367, 2.2441465854644775]
+    (2 / a.sin()).sum().backward()
+    np.testing.assert_allclose(a.grad.tolist(), [-21.878219604492188, -3.6858410835266113,
+                                                 -1.1421990394592285], rtol=1e-6)
+    a.grad = None
+    (2 ** a.sin()).sum().backward()
+    np.testing.assert_allclose(a.grad.tolist(), [0.8127225041389465, 0.8285642266273499,
+                                                 0.583142876625061], rtol=1e-6)
+    a.grad = None
+    (3 - a.sin() + 2 * a.sin() + (1 + a)).sum().backward()
+    np.testing.assert_allclose(a.grad.tolist(), np.cos([0.3, 0.7, 1.1]) + 1, rtol=1e-6)
+    # an integer tensor divided into a number stays torch's true division
+    i = tg.tensor([1, 2, 4])
+    assert (2 / i).tolist() == [2.0, 1.0, 0.5]

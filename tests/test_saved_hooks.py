@@ -165,3 +165,58 @@ def test_save_on_cpu_moves_gpu_tensors_to_host():
         y = (x * x).exp().sum()
     y.backward()
     np.testing.assert_allclose(cupy.asnumpy(x.grad._data), 2 * xv * np.exp(xv ** 2))
+
+
+# --- a pack hook that computes does not call itself (issue 27) ----------------------
+
+def test_pack_hook_that_computes_runs_with_the_hooks_off():
+    # torch 2.13: the hooks are off while the pack hook runs, so x * 4 inside
+    # it saves nothing through them (before: recursion without end)
+    a = tg.ones(5, requires_grad=True)
+    b = tg.ones(5, requires_grad=True) * 2
+    with saved_tensors_hooks(lambda x: x * 4, lambda x: x / 4):
+        y = a * b
+    y.sum().backward()
+    assert a.grad.tolist() == [2.0] * 5
+    x = tg.tensor([1.5, -2.0, 0.25], requires_grad=True)
+    with saved_tensors_hooks(lambda t: t * 4, lambda t: t / 4):
+        y = x.pow(2)
+        w = (x.exp() * x).sum()
+    assert tg.allclose(y.grad_fn._saved_self, x)
+    w.backward()
+    np.testing.assert_allclose(x.grad.tolist(), np.exp([1.5, -2.0, 0.25]) * ([1.5, -2.0, 0.25])
+                               + np.exp([1.5, -2.0, 0.25]), rtol=1e-6)
+    # the hooks are on again afterwards, and for nested contexts too
+    calls = []
+    with saved_tensors_hooks(lambda t: (calls.append("outer"), t)[1], lambda t: t):
+        with saved_tensors_hooks(lambda t: (calls.append("inner"), t * 1)[1], lambda t: t):
+            (x * x).sum()
+        (x * x).sum()
+    assert calls == ["inner", "inner", "outer", "outer"]
+
+
+def test_custom_function_saves_through_a_computing_pack_hook():
+    class Mul(Function):
+        @staticmethod
+        def forward(ctx, x, y):
+            ctx.save_for_backward(x, y)
+            return x * y
+
+        @staticmethod
+        def backward(ctx, g):
+            x, y = ctx.saved_tensors
+            return g * y, g * x
+
+    x = tg.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = tg.tensor([4.0, 5.0, 6.0], requires_grad=True)
+    with saved_tensors_hooks(lambda t: t * 4, lambda t: t / 4):
+        z = Mul.apply(x, y)
+    z.sum().backward()
+    assert x.grad.tolist() == [4.0, 5.0, 6.0]     # torch 2.13
+    assert y.grad.tolist() == [1.0, 2.0, 3.0]
+    # register_hooks on one saved tensor: a computing pack hook, once
+    x.grad = None
+    y2 = x.pow(2)
+    y2.grad_fn._raw_saved_self.register_hooks(lambda t: t * 2, lambda t: t / 2)
+    y2.sum().backward()
+    assert x.grad.tolist() == [2.0, 4.0, 6.0]

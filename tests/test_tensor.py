@@ -431,3 +431,30 @@ def test_zero_dim_tensors_take_the_dimensioned_dtype_as_in_torch():
     assert (np.ones(3, np.float32) * np.array(2.0)).dtype == np.float64
     assert tg.compile(lambda a, b: a * b)(np.ones(3, np.float32), np.array(2.0)).dtype \
         == np.float64
+
+
+# --- unary in-place methods and torch.autograd.Variable (issue 27) -----------------
+
+def test_unary_inplace_methods_record_as_torch():
+    a = tg.tensor([0.5, 1.0], requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        a.sin_()
+    b = a * 1
+    assert b.sin_() is b
+    assert b.grad_fn.name() == "SinBackward0"
+    b.sum().backward()
+    np.testing.assert_allclose(a.grad.tolist(), np.cos([0.5, 1.0]), rtol=1e-6)
+    c = tg.tensor([-0.5, 2.0])
+    c.relu_()
+    assert c.tolist() == [0.0, 2.0]
+    c.sqrt_()
+    np.testing.assert_allclose(c.tolist(), [0.0, np.sqrt(2.0)], rtol=1e-6)
+
+
+def test_variable_is_every_tensor():
+    from tracegrad.autograd import Variable
+    t = tg.ones(2)
+    assert isinstance(t, Variable) and not isinstance(3, Variable)
+    v = Variable(t, requires_grad=True)
+    assert v is not t and v.requires_grad and v.grad_fn is None
+    assert not Variable(tg.ones(2, requires_grad=True) * 2).requires_grad

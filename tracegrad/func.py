@@ -651,20 +651,23 @@ def _try_hash(v):
 
 def functional_call(module, parameter_and_buffer_dicts, args=None, kwargs=None, *,
                     tie_weights=True, strict=False):
-    """``torch.func.functional_call`` for tracegrad, which has no
-    ``nn.Module``: ``module`` is a function whose first argument is the dict
-    of parameters (and buffers), called as ``module(params, *args,
+    """``torch.func.functional_call``: ``module`` is an ``nn.Module``, called
+    with the given parameters and buffers (by their dotted names) in place
+    of its own, or a function whose first argument is the dict of
+    parameters (and buffers), called as ``module(params, *args,
     **kwargs)``.  ``parameter_and_buffer_dicts`` is a dict, or a tuple/list
     of dicts merged into one (a key in two of them is an error, as in
     torch); ``args`` a tuple of positional arguments (anything else is the
     single argument).  Transforms compose with it:
     ``grad(lambda p, x: functional_call(model, p, (x,)).sum())(params, x)``."""
-    if hasattr(module, "named_parameters") or hasattr(module, "state_dict"):
+    if (hasattr(module, "named_parameters") or hasattr(module, "state_dict")) and \
+            not hasattr(module, "_parameters"):
         raise TypeError(
-            f"torch.func.functional_call: got a {type(module).__name__} (an nn.Module); "
-            f"tracegrad has no nn.Module. Write the model as a function of a dict of "
-            f"parameters, def model(params, x): return x @ params['w'] + params['b'], and pass "
-            f"it: functional_call(model, params, (x,))")
+            f"torch.func.functional_call: got a {type(module).__name__}, which looks like a "
+            f"module but is no nn.Module of tracegrad's (tracegrad.nn.Module, whose "
+            f"parameters functional_call can replace). Build it from tracegrad.nn, or write "
+            f"the model as a function of a dict of parameters, def model(params, x): return "
+            f"x @ params['w'] + params['b'], and pass it: functional_call(model, params, (x,))")
     if not callable(module):
         raise TypeError(f"torch.func.functional_call: expected a function of a dict of "
                         f"parameters (model(params, *args)), got a {type(module).__name__}")
@@ -687,4 +690,58 @@ def functional_call(module, parameter_and_buffer_dicts, args=None, kwargs=None, 
         args = ()
     elif not isinstance(args, tuple):
         args = (args,)
+    if hasattr(module, "named_parameters") and hasattr(module, "_parameters"):
+        return _call_module_with(module, params, args, kwargs or {}, tie_weights, strict)
     return module(params, *args, **(kwargs or {}))
+
+
+def _call_module_with(module, params, args, kwargs, tie_weights, strict):
+    """An nn.Module called with ``params`` (dotted names) in place of its
+    own parameters and buffers, which it gets back afterwards (torch's
+    ``functional_call``): a parameter tied under several names is replaced
+    under all of them with ``tie_weights``; with ``strict`` every parameter
+    and buffer must be given, and nothing else."""
+    given = dict(params)
+    if tie_weights:
+        names = {}
+        for store in ("named_parameters", "named_buffers"):
+            for n, t in getattr(module, store)(remove_duplicate=False):
+                names.setdefault(id(t), []).append(n)
+        for tied in names.values():
+            hit = [n for n in tied if n in given]
+            for n in tied:
+                if n not in given and hit:
+                    given[n] = given[hit[0]]
+    if strict:
+        own = {n for n, _ in module.named_parameters(remove_duplicate=False)} | \
+              {n for n, _ in module.named_buffers(remove_duplicate=False)}
+        missing, unexpected = sorted(own - set(given)), sorted(set(given) - own)
+        if missing or unexpected:
+            raise RuntimeError(
+                f"Error(s) in reparametrizing for {type(module).__name__}:"
+                + (f"\n\tUnexpected key(s): {', '.join(repr(k) for k in unexpected)}."
+                   if unexpected else "")
+                + (f"\n\tMissing key(s): {', '.join(repr(k) for k in missing)}."
+                   if missing else ""))
+    restore = []       # (dict, name, old value) or (module, name, None): put back after
+    try:
+        for name, value in given.items():
+            path, _, leaf = name.rpartition(".")
+            mod = module.get_submodule(path) if path else module
+            d = mod.__dict__
+            for store in ("_parameters", "_buffers"):
+                table = d.get(store)
+                if table is not None and leaf in table:
+                    restore.append((table, leaf, table[leaf]))
+                    table[leaf] = value
+                    break
+            else:    # a name the module does not have: an attribute for the call
+                restore.append((mod, leaf, None))
+                object.__setattr__(mod, leaf, value)
+        return module(*args, **kwargs)
+    finally:
+        for where, leaf, old in reversed(restore):
+            if isinstance(where, dict):
+                where[leaf] = old
+            else:
+                where.__dict__.pop(leaf, None)

@@ -163,7 +163,21 @@ _saved_hooks = _SavedHooksState()
 
 def current_saved_hooks():
     st = _saved_hooks.stack
-    return st[-1] if st else None
+    return (st[-1][0].__wrapped__, st[-1][1]) if st else None
+
+
+def call_pack_hook(pack, t):
+    """``pack(t)`` with the saved-tensor hooks off, as torch runs a pack
+    hook: the ops it runs (``lambda x: x * 4``) save tensors of their own,
+    which must not call the hook again (that would recurse without end)."""
+    st = _saved_hooks.stack
+    if not st:
+        return pack(t)
+    _saved_hooks.stack = None
+    try:
+        return pack(t)
+    finally:
+        _saved_hooks.stack = st
 
 
 class saved_tensors_hooks:
@@ -177,7 +191,12 @@ class saved_tensors_hooks:
     def __enter__(self):
         if _saved_hooks.stack is None:
             _saved_hooks.stack = []
-        _saved_hooks.stack.append((self.pack_hook, self.unpack_hook))
+        pack = self.pack_hook
+
+        def pack_with_hooks_off(t):   # (what the recording nodes call)
+            return call_pack_hook(pack, t)
+        pack_with_hooks_off.__wrapped__ = pack
+        _saved_hooks.stack.append((pack_with_hooks_off, self.unpack_hook))
         return self
 
     def __exit__(self, *exc):

@@ -412,10 +412,10 @@ def _pow_node(node, m):
         return ("PowBackward1", {"self": ("in", 0), "exponent": ("in", 1), "result": ("out",)}) \
             if node.next_functions[1][0] is not None else \
             ("PowBackward0", {"self": ("in", 0), "exponent": ("num", 1)})
+    if not _is_tensor_meta(m[0]):   # 2 ** b: torch's pow(Scalar self, Tensor exponent)
+        return "PowBackward2", {"self": ("num", 0), "exponent": ("in", 1), "result": ("out",)}
     if _is_tensor_meta(m[1]):
         return "PowBackward1", {"self": ("in", 0), "exponent": ("in", 1), "result": ("out",)}
-    if not _is_tensor_meta(m[0]):
-        return "PowBackward2", {"self": ("num", 0), "exponent": ("in", 1), "result": ("out",)}
     return "PowBackward0", {"self": ("in", 0), "exponent": ("num", 1)}
 
 
@@ -638,7 +638,7 @@ class SavedTensor:
             if out is None or type(out) is tuple:
                 raise RuntimeError("Calling register_hooks on a saved tensor with value None is "
                                    "forbidden")
-            node.out_saved = _Packed(pack_hook(Tensor(out)), unpack_hook)
+            node.out_saved = _Packed(_graph.call_pack_hook(pack_hook, Tensor(out)), unpack_hook)
             node.out_vbox = None
             return
         i = spec[1]
@@ -655,7 +655,7 @@ class SavedTensor:
             node._in_modified(a, v)
         if node.in_meta is None:
             node.in_meta = node._metas()
-        node.saved[i] = (_Packed(pack_hook(a), unpack_hook), None)
+        node.saved[i] = (_Packed(_graph.call_pack_hook(pack_hook, a), unpack_hook), None)
 
     def __repr__(self):
         return f"<SavedTensor of {self._node.name()}>"

@@ -632,3 +632,38 @@ def _refuse_conversion(t, what, frame):
 
 def is_tensor(x):
     return isinstance(x, Tensor)
+
+
+# --- reflected operators, in torch's order --------------------------------------------
+# torch's ``2 * b`` is ``b.__rmul__(2)`` = ``mul(b, 2)``: the node records the
+# tensor first and the number's slot as (None, 0), so
+# ``(2 * b).grad_fn.next_functions`` is ``((SinBackward0, 0), (None, 0))``
+# for ``b = a.sin()``; the same holds for ``2 + b``.  ``2 / b`` is
+# ``b.reciprocal() * 2`` (torch/_tensor.py ``__rdiv__``): a MulBackward0 over
+# a ReciprocalBackward0, whose numbers are torch's, rounded as torch rounds.
+# (Addition and multiplication commute exactly in IEEE arithmetic, so the
+# swapped order changes no value.)  The NumPy face keeps NumPy's ``2 / x``.
+def _install_reflected():
+    from tracegrad.ops.primitives import bind
+    from tracegrad.ops.base import add_p, mul_p, reciprocal_p
+
+    def __radd__(self, o):
+        return bind(add_p, self, o)
+
+    def __rmul__(self, o):
+        return bind(mul_p, self, o)
+
+    numpy_rtruediv = Tensor.__rtruediv__
+
+    def __rtruediv__(self, o):
+        if self._face == "torch" and self._data.dtype.kind in "fc" \
+                and not isinstance(o, Tensor):
+            return bind(mul_p, bind(reciprocal_p, self), o)
+        return numpy_rtruediv(self, o)
+
+    Tensor.__radd__ = __radd__
+    Tensor.__rmul__ = __rmul__
+    Tensor.__rtruediv__ = __rtruediv__
+
+
+_install_reflected()

@@ -265,6 +265,9 @@ class TorchMethods:
         from tracegrad import ops
         return self._inplace(ops.exp, fast=_fast_ufunc(np.exp))
 
+    # the other unary in-place ops (sin_, tanh_, relu_, ...) follow the class,
+    # from _UNARY_INPLACE
+
     def clamp_(self, min=None, max=None):
         from tracegrad import ops
         if min is None and max is None:
@@ -423,6 +426,42 @@ class CopySlices(Node):
         return [ops.sub(gb, u), gv]
 
 
+# torch's unary in-place methods: name_ updates the tensor with name()'s
+# result (recorded as torch records them: the op, then the tensor's new
+# version); the NumPy ufunc, where there is one, writes into the data when
+# nothing is recorded.
+_UNARY_INPLACE = {
+    "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos,
+    "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh,
+    "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh, "log": np.log,
+    "log2": np.log2, "log10": np.log10, "log1p": np.log1p, "expm1": np.expm1,
+    "exp2": np.exp2, "sqrt": np.sqrt, "abs": np.abs, "floor": np.floor, "ceil": np.ceil,
+    "trunc": np.trunc, "square": np.square, "sign": np.sign, "reciprocal": None,
+    "rsqrt": None, "sigmoid": None, "relu": None, "erf": None, "frac": None,
+}
+
+
+def _unary_inplace(name, ufunc):
+    def method(self):
+        from tracegrad import ops
+        op = getattr(ops, name, None)
+        if op is None:
+            op = getattr(Tensor, name)
+        fast = None
+        if ufunc is not None and self._data.dtype.kind in "fc":
+            fast = _fast_ufunc(ufunc)
+        return self._inplace(op, fast=fast)
+    method.__name__ = method.__qualname__ = name + "_"
+    method.__doc__ = f"``x.{name}_()``: x becomes ``x.{name}()``, in place (torch's)."
+    return method
+
+
+def _install_unary_inplace():
+    for name, ufunc in _UNARY_INPLACE.items():
+        if hasattr(Tensor, name) and not hasattr(Tensor, name + "_"):
+            setattr(Tensor, name + "_", _unary_inplace(name, ufunc))
+
+
 def _attach():
     """Make TorchMethods' methods Tensor's own (as if written in its body)."""
     for name, value in vars(TorchMethods).items():
@@ -431,3 +470,4 @@ def _attach():
 
 
 _attach()
+_install_unary_inplace()

@@ -47,6 +47,11 @@ __all__ = ["std", "var", "max", "min", "sort", "split", "transpose", "nonzero", 
            "result_type", "promote_types", "can_cast", "finfo", "iinfo"]
 
 
+# ``x.data`` of a traced value: as torch's, the same values cut from the
+# gradient (a detached alias), e.g. ``while y.data.norm() < 1000:``
+face_method(FACE, "data")(property(lambda t: ops.stop_gradient(t)))
+
+
 @face_method(FACE, "size")
 def size(t, dim=None):
     return tuple(t.shape) if dim is None else t.shape[dim]
