@@ -5,6 +5,7 @@
 #define TG_NATIVE_HELPERS
 #include <math.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 // the bit-pattern literals tracegrad prints for NaN and infinities

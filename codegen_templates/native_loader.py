@@ -376,22 +376,113 @@ def _safe_object(path):
     return True
 
 
+# Build time (docs/benchmarks.md, "Compile time").  A file of more than
+# _O1_LINES lines is compiled at -O1 instead of -O2: a third less compiler
+# time, where the time to build dominates.  A file the generator marked for
+# it ("// @tg-prelude-end", "// @tg-unit") is compiled as several
+# translation units at once, one per core (TRACEGRAD_BUILD_JOBS caps them),
+# each at least _UNIT_MIN_LINES lines, then linked.
+_O1_LINES = 20000
+_UNIT_MIN_LINES = 1500
+_PRELUDE_END = "\n// @tg-prelude-end\n"
+_UNIT_MARK = "\n// @tg-unit\n"
+
+
+def _build_jobs():
+    """How many translation units a large file is built as at once."""
+    v = _os.environ.get("TRACEGRAD_BUILD_JOBS")
+    try:
+        n = int(v) if v not in (None, "") else _cores()
+    except ValueError:
+        n = _cores()
+    return max(1, n)
+
+
+def _units(source, jobs=None):
+    """The translation units ``source`` is built as: itself, or where the
+    generator marked it and it is large, the prelude followed by each of
+    up to ``jobs`` runs of its functions (of about equal size, in order)."""
+    jobs = _build_jobs() if jobs is None else jobs
+    if _PRELUDE_END not in source or jobs < 2:
+        return [source]
+    prelude, rest = source.split(_PRELUDE_END, 1)
+    pieces = rest.split(_UNIT_MARK)
+    sizes = [p.count("\n") + 1 for p in pieces]
+    total = sum(sizes)
+    k = min(jobs, len(pieces), total // _UNIT_MIN_LINES)
+    if k < 2:
+        return [source]
+    out, cur, acc, done = [], [], 0, 0
+    for p, n in zip(pieces, sizes):
+        cur.append(p)
+        acc += n
+        if acc >= (total - done) / (k - len(out)) and len(out) < k - 1:
+            out.append(cur)
+            done += acc
+            cur, acc = [], 0
+    if cur:
+        out.append(cur)
+    head = prelude + _PRELUDE_END
+    return [head + "\n".join(u) for u in out]
+
+
+def _opt_flags(flags, source):
+    if source.count("\n") > _O1_LINES:
+        return ["-O1" if f == "-O2" else f for f in flags]
+    return list(flags)
+
+
 def build(source, out_path, rec, extra=()):
     """Compile ``source`` to the shared object ``out_path``: the C file and
     the object are written under temporary names in the same folder and the
-    object is renamed into place.  ``extra``: more compiler arguments."""
+    object is renamed into place.  ``extra``: more compiler arguments.  A
+    large marked file is built as several translation units in parallel
+    (``_units``), compiled to objects and linked."""
     d = _os.path.dirname(out_path)
+    flags = _opt_flags(rec["flags"], source)
+    parts = _units(source)
     fd, src = _tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".c")
     tmp_so = src[:-2] + ".so"
+    temps = [src, tmp_so]
+    lines = source.count("\n") + 1
     try:
-        with _os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(source)
-        _run_compiler(rec["cc"] + rec["flags"] + list(extra) + [src, "-o", tmp_so] + rec["libs"],
-                      f"on the generated C source ({len(source.splitlines())} lines)")
+        if len(parts) == 1:
+            with _os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(source)
+            _run_compiler(rec["cc"] + flags + list(extra) + [src, "-o", tmp_so] + rec["libs"],
+                          f"on the generated C source ({lines} lines)")
+        else:
+            _os.close(fd)
+            objs, errors = [], []
+            for j, text in enumerate(parts):
+                c = f"{src[:-2]}-{j}.c"
+                temps += [c, c[:-2] + ".o"]
+                objs.append(c[:-2] + ".o")
+                with open(c, "w", encoding="utf-8") as f:
+                    f.write(text)
+
+            def compile_unit(j):
+                try:
+                    _run_compiler(rec["cc"] + flags + list(extra) +
+                                  ["-c", f"{src[:-2]}-{j}.c", "-o", objs[j]],
+                                  f"on the generated C source (unit {j + 1} of {len(parts)}, "
+                                  f"{lines} lines in all)")
+                except NativeBuildError as e:
+                    errors.append(e)
+            threads = [_threading.Thread(target=compile_unit, args=(j,), daemon=True)
+                       for j in range(len(parts))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            if errors:
+                raise errors[0]
+            _run_compiler(rec["cc"] + flags + objs + ["-o", tmp_so] + rec["libs"],
+                          f"linking the generated C source's {len(parts)} units")
         _os.chmod(tmp_so, 0o700)
         _os.replace(tmp_so, out_path)
     finally:
-        for p in (src, tmp_so):
+        for p in temps:
             try:
                 _os.unlink(p)
             except FileNotFoundError:

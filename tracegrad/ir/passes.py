@@ -591,15 +591,30 @@ def fusible(g, v):
     prim = primitives.REGISTRY.get(d["op"])
     if prim is None or not prim.elementwise or prim.cuda is None:
         return False
-    if str(d["dtype"]) not in FUSIBLE_DTYPES or int(np.prod(d["shape"])) == 0:
+    if not _fusible_dtype(d["dtype"]) or 0 in d["shape"]:
         return False
     for u in ir.operands(g, v):
         du = g.nodes[u]
         if du["op"] == "const" and not isinstance(du["value"], np.ndarray):
             continue  # a Python scalar becomes a literal
-        if du.get("dtype") is None or str(du["dtype"]) not in FUSIBLE_DTYPES:
+        if not _fusible_dtype(du.get("dtype")):
             return False
     return True
+
+
+_FUSIBLE_SEEN = {}
+
+
+def _fusible_dtype(dt):
+    """``str(dt) in FUSIBLE_DTYPES``, remembered per dtype (str of a dtype
+    costs microseconds, and fusion asks once per node and operand)."""
+    try:
+        return _FUSIBLE_SEEN[dt]
+    except KeyError:
+        ok = _FUSIBLE_SEEN[dt] = dt is not None and str(dt) in FUSIBLE_DTYPES
+        return ok
+    except TypeError:      # not hashable
+        return dt is not None and str(dt) in FUSIBLE_DTYPES
 
 
 def _fused_reduction(g, r, member_of):
@@ -629,7 +644,7 @@ def fusion_groups(g):
     vector loop) is bound by memory traffic and call count, not arithmetic,
     so every edge kept inside a kernel saves a store, a load and (for the
     last user) an allocation, and every merge saves a launch.  Fusing is
-    therefore always profitable, subject to three rules that keep a kernel
+    therefore always profitable, subject to four rules that keep a kernel
     one loop without redundant work:
 
     1. **Same iteration space.**  All nodes of a group produce the same
@@ -643,6 +658,9 @@ def fusion_groups(g):
     3. **Convex.**  No path may leave a group and come back into it (through
        a reduction, a matmul, another kernel...): the contracted graph must
        stay acyclic, or no launch order exists.  Checked on each merge.
+    4. **Bounded.**  A group holds at most ``FUSION_MAX_NODES`` nodes: a
+       kernel's loop body is one basic block, and the C compiler's time on
+       it grows faster than linearly with its length.
 
     Reductions, matrix products, indexing and shape ops break groups: they
     run as library calls between kernels.  Exception: a full ``sum`` of a
@@ -700,11 +718,13 @@ def fusion_groups(g):
         own_mask = 0
         for u in own:
             own_mask |= mask(u)
-        merged_ids, merged_gids = 0, []
+        merged_ids, merged_gids, size = 0, [], 1
         for u in ops:
             gid = member_of.get(u)
             if gid is None or gid in merged_gids or g.nodes[u]["shape"] != shape:
                 continue
+            if size + len(groups[gid]) > FUSION_MAX_NODES:
+                continue    # a full group: v starts another (see FUSION_MAX_NODES)
             cand = set(merged_gids) | {gid}
             cand_ids = merged_ids | ids[gid]
             # a path out of the candidate and back in enters it through a
@@ -715,6 +735,7 @@ def fusion_groups(g):
             if not cycle:
                 merged_gids.append(gid)
                 merged_ids = cand_ids
+                size += len(groups[gid])
         if not merged_gids:
             groups[v], ids[v], sources[v], srcmask[v] = [v], 1 << index[v], own, own_mask
             member_of[v] = v
@@ -767,9 +788,36 @@ def fusion_groups(g):
     out = []
     for gid, nodes in groups.items():
         ordered = sorted(nodes, key=index.__getitem__)
-        out.append(FusionGroup(ordered, tuple(g.nodes[ordered[0]]["shape"]), reductions[gid]))
+        out += _bounded(g, ordered, reductions[gid])
     out.sort(key=lambda grp: index[grp.nodes[0]])
     return _without_cycles(g, out, index)
+
+
+# A kernel's loop body is one basic block of its group's nodes: the C
+# compiler's time grows faster than linearly with it (docs/benchmarks.md,
+# "Compile time": 0.55 ms of gcc per node in groups of 64 nodes, 0.75 in
+# groups of 512, seconds for one group of 1,749), and the merge checks above
+# walk a group's sources, so a group stops growing at this many nodes (a
+# node whose operands' groups are full starts a new one; ``_bounded`` cuts
+# any group still larger).
+FUSION_MAX_NODES = 128
+
+
+def _bounded(g, ordered, reductions):
+    """A group's nodes (topological order) as groups of at most
+    ``FUSION_MAX_NODES`` nodes: consecutive runs of that order, so no path
+    leads from a later run back into an earlier one, and a path out of one
+    run and back in would have left the whole group and come back (which
+    the merges above refuse); each fused sum stays with its operand's run."""
+    shape = tuple(g.nodes[ordered[0]]["shape"])
+    if len(ordered) <= FUSION_MAX_NODES:
+        return [FusionGroup(ordered, shape, reductions)]
+    runs = [ordered[k:k + FUSION_MAX_NODES] for k in range(0, len(ordered), FUSION_MAX_NODES)]
+    run_of = {v: j for j, run in enumerate(runs) for v in run}
+    red = [[] for _ in runs]
+    for r in reductions:
+        red[run_of[ir.operands(g, r)[0]]].append(r)
+    return [FusionGroup(run, shape, rs) for run, rs in zip(runs, red)]
 
 
 def _without_cycles(g, groups, index):
@@ -792,10 +840,12 @@ def _without_cycles(g, groups, index):
             ua, ub = unit_of.get(a, ("n", a)), unit_of.get(b, ("n", b))
             if ua != ub:
                 c.add_edge(ua, ub)
-        try:
-            cycle = nx.find_cycle(c)
-        except nx.NetworkXNoCycle:
+        # the usual answer, no cycle, by one linear topological sort
+        # (networkx's find_cycle walks a DAG's edges once per start node:
+        # quadratic, minutes on a graph of 1e4 groups)
+        if nx.is_directed_acyclic_graph(c):
             return groups
+        cycle = nx.find_cycle(c)
         on_cycle = sorted({u[1] for edge in cycle for u in edge[:2] if u[0] == "g"})
         if any(groups[gi].reductions for gi in on_cycle):
             for gi in on_cycle:

@@ -519,7 +519,7 @@ def py_string(text):
     backslash stays as it is, but one before a quote keeps the quote from
     ending the string, and one at the very end escapes the closing quote;
     Python reads a carriage return in source as a newline."""
-    exact = all(c == "\n" or c.isprintable() for c in text)
+    exact = text.replace("\n", "").isprintable()   # each character a newline or printable
     if exact and "'''" not in text and "\\'" not in text and not text.endswith(("'", "\\")):
         return "r'''" + text + "'''"
     return repr(text)

@@ -179,7 +179,12 @@ class Function(cstyle.Function):
         self._released = 0
         self._kept_bytes = 0
         self._c_vars = set()   # variables holding C-contiguous arrays of their node's dtype
+        self._c_new = []       # ... added since the last kernel launch
         self._kernel_0d = set()    # 0-d values a kernel computes (0-d arrays in the driver)
+
+    def _c_var(self, var):
+        self._c_vars.add(var)
+        self._c_new.append(var)
 
     def _returned(self, v, name):
         # a 0-d value a kernel computes is returned as a NumPy scalar, as
@@ -215,7 +220,7 @@ class Function(cstyle.Function):
             plan.own(v, ("c_order",))
             code, comment = (f"{var} = np.empty({tuple(d['shape'])!r}, dtype={d['dtype'].name!r})",
                              what)
-        self._c_vars.add(var)
+        self._c_var(var)
         self.body.append({"code": code, "comment": comment, "source": None})
 
     def _library_statement(self, g, v, var, e, prim, args, names):
@@ -231,10 +236,10 @@ class Function(cstyle.Function):
         if u is not None:
             plan.own(v)
             if "c_order" in plan.tags.get(v, ()):
-                self._c_vars.add(var)
+                self._c_var(var)
             return f"{var} = {ufunc}({', '.join(args)}, out={names[u]})"
         if plan.may_keep(v) and self._keep(d["shape"], d["dtype"]):
-            self._c_vars.add(var)
+            self._c_var(var)
             return f"{var} = {ufunc}({', '.join(args)}, out=_s[{plan.keep(v)}])"
         plan.own(v)
         return f"{var} = {e}"
@@ -262,14 +267,15 @@ class Function(cstyle.Function):
                 self.body.append({"code": f"{var} = _s[{len(self._plan.kept) - 1}]",
                                   "comment": f"%{r} sum, finished in {kname} (a buffer kept "
                                              f"between calls)", "source": None})
-                self._c_vars.add(var)
+                self._c_var(var)
             elif d["shape"] == ():
                 self.body.append({"code": f"{var} = np.empty((), dtype={dt.name!r})",
                                   "comment": f"%{r} sum, finished in {kname}", "source": None})
             else:
                 self._kernel_output(g, r, var, i, names)
             names[r] = var
-        fresh |= self._c_vars
+        fresh.update(self._c_new)     # fresh holds every earlier one (a union per launch was quadratic)
+        self._c_new = []
         args = []
         for a in kern.args:
             m = re.fullmatch(r"np\.ascontiguousarray\((\w+), dtype='(\w+)'\)", a)
@@ -364,7 +370,7 @@ def row_loop(kern):
 
 
 def c_source(functions, lowered, g_of, rec, header=()):
-    kernels, entries, wholes, whole_entries = [], [], [], []
+    kernels, entries, wholes, whole_entries, decls, protos = [], [], [], [], [], []
 
     def kernel_dict(kern, g):
         k = kern.render_dict(g)
@@ -381,7 +387,11 @@ def c_source(functions, lowered, g_of, rec, header=()):
         if isinstance(f, whole.WholeFunction):
             for kern, g in f.kernels:
                 kernels.append(kernel_dict(kern, g))
-            wholes.append(f.c_text())
+            head, defs = f.c_pieces()
+            if head:
+                decls.append(head)
+            protos.append(f"int {f.cname}(" + (", ".join(p[0] for p in f.params) or "void") + ");")
+            wholes += defs
             whole_entries.append(whole_entry(f))
             continue
         for kern in f.kernels:
@@ -391,11 +401,22 @@ def c_source(functions, lowered, g_of, rec, header=()):
             entries.append({"name": k["name"], "args": k["args"], "n": kern.n, "gil": k["gil"]})
     loader = builder.loader()
     funcs = rec["vector_math"] if rec else []
+    # about how many lines the file has: a large one is marked for the
+    # builder to compile as several translation units in parallel
+    size = sum(len(k["body"]) + len(k["stores"]) + 30 for k in kernels) + \
+        sum(w.count("\n") + 1 for w in wholes) + 45 * (len(entries) + len(whole_entries))
     return templates.environment().get_template("native_kernels.c.j2").render(
         version=__version__, header=list(header), kernels=kernels, vector_math=funcs,
         parallel_min=PARALLEL_MIN, parallel_min_math=PARALLEL_MIN_MATH,
         vector_decls=loader["vector_math_decls"](funcs), entries=entries, wholes=wholes,
-        whole_entries=whole_entries, gil_min=GIL_MIN_WORK)
+        whole_entries=whole_entries, gil_min=GIL_MIN_WORK, decls=decls, protos=protos,
+        units=size > UNIT_LINES and len(kernels) + len(wholes) > 1)
+
+
+# A C file of more than about this many lines is marked for the builder
+# (native_loader.py's ``build``) to compile as several translation units in
+# parallel, as many as the machine has cores (docs/benchmarks.md, "Compile time").
+UNIT_LINES = 4000
 
 
 def _lower(functions):

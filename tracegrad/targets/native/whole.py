@@ -27,6 +27,8 @@ arrays.  ``work`` counts the element operations of one call: under
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from tracegrad.targets import cstyle, pysource
@@ -136,6 +138,9 @@ class WholeFunction:
         self.decls = []          # C declarations at the top of the function
         self.frees = []
         self.allocs = []
+        self.storage = {}        # buffer name -> ("stack" | "heap", C type, elements, what)
+        #                          or ("const", declaration)
+        self.cuts = []           # positions in ``lines`` between top-level statements
         self.lines = []          # C statements
         self.params = []         # (C declaration, C type, elements, writable): inputs, constants
         self.in_info = []        # per input parameter: (dtype name, elements)
@@ -192,6 +197,7 @@ class WholeFunction:
         self._emit(g, names, "    ")
         for pname, v in post:
             d = g.nodes[v]
+            self.cuts.append(len(self.lines))
             self.lines.append(f"    memcpy({pname}, {names[v]}, "
                               f"{_size(d['shape'])} * sizeof(*{pname}));  // %{v} out")
         self.params += self.out_params
@@ -224,11 +230,13 @@ class WholeFunction:
         if self._stack + nbytes <= STACK_BYTES:
             self._stack += nbytes
             self.decls.append(f"{ct} {name}[{n}];  // {what}")
+            self.storage[name] = ("stack", ct, n, what)
         else:
             self.decls.append(f"{ct}* {name} = NULL;  // {what}")
             self.allocs.append(f"{name} = ({ct}*)malloc({n} * sizeof({ct}));")
             self.allocs.append(f"if (!{name}) goto tg_oom;")
             self.frees.append(name)
+            self.storage[name] = ("heap", ct, n, what)
         return name
 
     def _node_buf(self, g, v, top):
@@ -253,6 +261,7 @@ class WholeFunction:
             init = ", ".join(cstyle.c_literal(x, arr.dtype) for x in arr.reshape(-1).tolist())
             self.decls.append(f"{ct} {name}[{arr.size}] = {{{init}}};  // %{u} const "
                               f"{arr.dtype}{list(arr.shape)}")
+            self.storage[name] = ("const", self.decls[-1])
         else:
             drv = self.module.constant(u, arr)
             name = f"cst{len(self.params)}"
@@ -270,6 +279,8 @@ class WholeFunction:
         member = {v for grp in groups for v in grp.nodes}
         L = self.lines
         for unit in cstyle.schedule(g, groups):
+            if top:
+                self.cuts.append(len(L))
             if unit[0] == "g":
                 self._kernel(g, groups[unit[1]], names, ind, top)
                 continue
@@ -511,7 +522,19 @@ class WholeFunction:
 
     # --- the C text -----------------------------------------------------------------------
 
+    def c_pieces(self):
+        """(declarations, definitions): the function's C text as the
+        declarations every translation unit needs (a large graph's frames
+        and parts) and the function definitions, each of which may be
+        compiled in a unit of its own."""
+        if len(self.lines) > PART_LINES:
+            return self._parts_text()
+        return "", [self.c_text()]
+
     def c_text(self):
+        if len(self.lines) > PART_LINES:
+            decls, defs = self._parts_text()
+            return "\n\n".join([decls] + defs)
         out = [f"// {self.cname}: the whole graph of {self.name}() as one C function",
                f"int {self.cname}(" + ",\n    ".join(p[0] for p in self.params) + ")"
                if self.params else f"int {self.cname}(void)", "{"]
@@ -526,6 +549,85 @@ class WholeFunction:
             out.append("    return 1;")
         out.append("}")
         return "\n".join(out)
+
+
+    def parts(self):
+        """The statements cut at top-level boundaries into runs of about
+        PART_LINES lines: (first, end) positions in ``lines``."""
+        out, start = [], 0
+        for c in sorted(set(self.cuts)) + [len(self.lines)]:
+            if c - start >= PART_LINES or (c == len(self.lines) and c > start):
+                out.append((start, c))
+                start = c
+        return out
+
+    def _parts_text(self):
+        """A large graph's function as several C functions, one per run of
+        statements (``parts``), each compiled on its own: the C compiler's
+        time on one function grows faster than linearly with its size (a
+        graph of ten thousand nodes took minutes as one function).  The
+        buffers live in two frames, a struct on the entry's stack (the
+        stack budget's buffers) and one heap block for the rest, handed to
+        every part; each part names the buffers it uses as before, so its
+        statements are the one-function text itself, and small constants
+        are declared in each part that reads them."""
+        cn = self.cname
+        stack = [(n, st) for n, st in self.storage.items() if st[0] == "stack"]
+        heap = [(n, st) for n, st in self.storage.items() if st[0] == "heap"]
+        parts = self.parts()
+        head = [f"// {cn}: the whole graph of {self.name}() as one C function calling "
+                f"{len(parts)} parts (a large graph: each part is compiled on its own)"]
+        for tag, bufs in (("stack", stack), ("heap", heap)):
+            head.append(f"struct {cn}_{tag} {{")
+            head.append("    char _unused;")
+            head += [f"    {ct} {n}[{k}];  // {what}" for n, (_, ct, k, what) in bufs]
+            head.append("};")
+        params = [(p[0], p[0].rsplit(" ", 1)[-1]) for p in self.params]
+        calls, defs = [], []
+        for j, (a, b) in enumerate(parts):
+            lines = self.lines[a:b]
+            used = set()
+            for ln in lines:
+                used.update(_NAME_RE.findall(ln.split("//", 1)[0]))
+            ps = [decl for decl, name in params if name in used]
+            fn = f"{cn}_p{j}"
+            sig = (f"void {fn}(struct {cn}_stack* __restrict__ F, "
+                   f"struct {cn}_heap* __restrict__ H" + "".join(f",\n    {p}" for p in ps) + ")")
+            # not inlined into the entry: that would make one function again
+            head.append(f"__attribute__((noinline)) {sig};")
+            out = [f"// {cn}, part {j} of {len(parts)}", sig]
+            out.append("{")
+            out.append("    (void)F; (void)H;")
+            for n in sorted((u for u in used if u in self.storage), key=lambda u: int(u[1:])):
+                st = self.storage[n]
+                if st[0] == "const":
+                    out.append("    " + st[1])
+                else:
+                    out.append(f"    {st[1]}* const {n} = {'F' if st[0] == 'stack' else 'H'}->{n};")
+            out += lines
+            out.append("}")
+            defs.append("\n".join(out))
+            calls.append(f"    {fn}(&F, H" + "".join(f", {name}" for decl, name in params
+                                                   if name in used) + ");")
+        out = [f"int {cn}(" + ",\n    ".join(p[0] for p in self.params) + ")"
+               if self.params else f"int {cn}(void)"]
+        out.append("{")
+        out.append(f"    struct {cn}_stack F;")
+        out.append(f"    struct {cn}_heap* H = (struct {cn}_heap*)malloc(sizeof(struct {cn}_heap));")
+        out.append("    if (!H)")
+        out.append("        return 1;")
+        out += calls
+        out.append("    free(H);")
+        out.append("    return 0;")
+        out.append("}")
+        defs.append("\n".join(out))
+        return "\n".join(head), defs
+
+
+# A whole function of more than PART_LINES lines of statements is cut into
+# parts of about that many (``WholeFunction.parts``).
+PART_LINES = 400
+_NAME_RE = re.compile(r"\b(?:b|in|cst|out)[0-9]+\b")
 
 
 def c_sizes(ct):
