@@ -28,6 +28,7 @@ from tracegrad.eager.profiler_state import _state as _prof_state, recording_anyw
 _ndarray = np.ndarray
 from tracegrad.runtime.graph_call import leaf_array, display_paths, describe_path
 from tracegrad.ops import primitives
+from tracegrad.ops.dtypes import Defaults
 from tracegrad.ops.primitives import Aval
 from tracegrad.ops.runtime_numpy import SHORTER_SLICE
 from tracegrad.frontend.trace import (Tracer, ValueDependentTraceError, foreign_writes_explained,
@@ -1015,7 +1016,6 @@ def _face_key(faces):
     literal or a factory in torch code makes, so it changes the trace)."""
     if faces is None:
         return None
-    from tracegrad.ops.dtypes import Defaults
     return faces, Defaults.dtype.char
 
 

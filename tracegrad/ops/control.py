@@ -45,6 +45,7 @@ import numpy as np
 
 from tracegrad.ops._define import _ops
 from tracegrad.ops.primitives import Aval, bind, is_float, register, aval_of, mark_weak
+from tracegrad.ops.runtime_numpy import _fixed_point_result, _tape_add, _tape_new, _while_steps
 
 __all__ = ["fori_loop", "scan", "while_loop", "cond", "switch", "checkpoint"]
 # (fixed_point is public as tg.fixed_point through tracegrad.implicit, which loads the
@@ -610,7 +611,6 @@ def _while_bwd_body(cond, body, n_carry, n_cc, fc, fk):
 
 
 def _while_fwd_impl(xp, *ops, cond, body, n_carry, n_cc, checkpoint=None):
-    from tracegrad.ops.runtime_numpy import _tape_add, _tape_new
     carry, consts = _while_split(ops, n_carry)
     cc, bc = consts[:n_cc], consts[n_cc:]
     steps = _tape_new(*checkpoint) if checkpoint else []
@@ -815,7 +815,6 @@ while_fwd_p = register(
 
 
 def _while_bwd_impl(xp, tape, *ops, bwd, n_ct, n_carry, cond, body, n_cc, checkpoint=None):
-    from tracegrad.ops.runtime_numpy import _while_steps
     ct = list(ops[:n_ct])
     consts = list(ops[n_ct:])
     bc = _bwd_split(ops, n_ct, n_carry, n_cc)[1]
@@ -975,7 +974,6 @@ def _fixed_point_apply(body, x0, consts, tol, max_iter):
 
 
 def _fixed_point_impl(xp, *ops, body, nx, tol, max_iter):
-    from tracegrad.ops.runtime_numpy import _fixed_point_result
     return _fixed_point_result(ops[nx], ops[nx + 1], tol, max_iter, *ops[:nx])
 
 
