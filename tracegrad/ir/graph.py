@@ -71,6 +71,110 @@ def topo_order(g):
     return order
 
 
+def _nbytes(d):
+    if d["op"] in ("input", "const", "proj"):
+        return 0
+    avals = d.get("avals")
+    parts = avals if avals is not None else [Aval(d["shape"], d["dtype"])]
+    total = 0
+    for a in parts:
+        if getattr(a, "shape", None) is not None and getattr(a, "dtype", None) is not None:
+            total += int(np.prod(a.shape, dtype=np.int64)) * np.dtype(a.dtype).itemsize
+    return total
+
+
+def _pinned(d):
+    """Must this node keep its place among the other pinned nodes?  Draws
+    from a shared random state, and nodes that run user code (loop and
+    branch bodies, custom rules), whose draws or effects happen in the
+    order the user wrote them."""
+    if d["op"] == "random_draw":
+        return True
+    for x in d["attrs"].values():
+        for y in (x if isinstance(x, (tuple, list)) else (x,)):
+            if callable(y) or (hasattr(y, "inputs") and hasattr(y, "outputs")):
+                return True
+    return False
+
+
+def memory_order(g):
+    """Nodes in a topological order that keeps few buffers alive at once.
+
+    A greedy list scheduler: of the nodes whose operands exist, run the one
+    that frees the most bytes minus the bytes it allocates (a node frees a
+    buffer when it is its last reader; a view allocates nothing and keeps
+    its base alive), creation order breaking ties.  So a backward statement
+    runs as soon as it can end an operand's life, rather than after the
+    whole forward pass, and an allocation waits until it is needed.  Pinned
+    nodes (random draws, bodies of user code) keep their relative order.
+    O(E log V): scores change only when a buffer is left with one reader."""
+    pred, succ, nodes = g._pred, g._succ, g.nodes
+    creation = {v: i for i, v in enumerate(topo_order(g))}
+    escapes = set(g.graph["outputs"])
+    root, size, readers = {}, {}, {}
+    for v in creation:
+        d = nodes[v]
+        ops = operands(g, v)
+        op = d["op"]
+        aliases = op == "proj" or (op not in ("input", "const") and primitives.get(op).aliases_operands)
+        root[v] = root[ops[0]] if aliases and ops else v
+        size[v] = 0 if aliases else _nbytes(d)
+        for u in set(ops):
+            readers.setdefault(root[u], set()).add(v)
+    escapes |= {root[v] for v in escapes}
+    for v, d in nodes.items():
+        if d["op"] in ("input", "const"):
+            escapes.add(v)
+    # pinned nodes wait for the pinned node before them
+    after = {}
+    prev = None
+    for v in creation:
+        if _pinned(nodes[v]):
+            if prev is not None:
+                after[prev] = v
+            prev = v
+    waiting = {v: len(pred[v]) for v in creation}
+    for a, b in after.items():
+        waiting[b] += 1
+    version = dict.fromkeys(creation, 0)
+
+    def score(v):
+        s = -size[v]
+        for b in {root[u] for u in pred[v]}:
+            if b not in escapes and readers[b] == {v}:
+                s += size[b]
+        return s
+
+    ready = [(-score(v), creation[v], v, 0) for v, n in waiting.items() if n == 0]
+    heapq.heapify(ready)
+    order = []
+    done = set()
+    while ready:
+        _, _, v, ver = heapq.heappop(ready)
+        if v in done or ver != version[v]:
+            continue
+        done.add(v)
+        order.append(v)
+        for b in {root[u] for u in pred[v]}:
+            rs = readers[b]
+            rs.discard(v)
+            if len(rs) == 1 and b not in escapes:
+                (w,) = rs
+                if waiting[w] == 0 and w not in done:   # its score just rose
+                    version[w] += 1
+                    heapq.heappush(ready, (-score(w), creation[w], w, version[w]))
+        nxt = list(succ[v])
+        if v in after:
+            nxt.append(after[v])
+        for w in nxt:
+            waiting[w] -= 1
+            if waiting[w] == 0:
+                heapq.heappush(ready, (-score(w), creation[w], w, version[w]))
+    if len(order) != len(creation):
+        raise nx.NetworkXUnfeasible("Graph contains a cycle or graph changed during iteration")
+    return order
+
+
 def aval(g, v):
     d = g.nodes[v]
     if d["op"] == "const" and not isinstance(d["value"], np.ndarray):

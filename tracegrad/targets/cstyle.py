@@ -317,7 +317,7 @@ def schedule(g, groups):
     """Units (a group, or one node) in a valid launch order: a topological
     order of the graph with each group contracted to one unit."""
     import networkx as nx
-    order = ir.topo_order(g)
+    order = ir.memory_order(g)   # few buffers alive at once
     index = {v: i for i, v in enumerate(order)}
     unit_of = {}
     for gi, grp in enumerate(groups):

@@ -192,25 +192,50 @@ class BufferPlanner:
     into such a buffer.  Each buffer carries tags: "kept" (between calls),
     "c_order" (allocated C-contiguous by the caller, as a C kernel needs)."""
 
-    def __init__(self, g, order, steps, keep_between_calls=False):
+    def __init__(self, g, order, steps, keep_between_calls=False, statement_per_node=False):
         self.g = g
+        # statement_per_node: statement i computes order[i] (the NumPy
+        # target), so the planner knows which buffers a later statement can
+        # still take, and frees a dead one no later value can reuse
+        self.last_made = None
+        if statement_per_node:
+            self.last_made = {}
+            for i, v in enumerate(order):
+                if g.nodes[v].get("shape") is not None:
+                    self.last_made[self._key(v)] = i
         self.last_use = {}   # the last statement reading each value
         for i, reads in enumerate(steps):
             for u in reads:
                 self.last_use[u] = i
         self.never_dies = set(g.graph["outputs"]) | set(g.graph["inputs"])
-        self.aliased = set()   # values whose memory someone else may alias: never reused
+        self.aliased = set()   # values whose memory someone else may alias
         self.views = set()     # results that are views of another value: nothing to free
+        self.views_of = {}     # value -> the views of it
         for v in order:
             d = g.nodes[v]
-            if d["op"] in ("const", "proj"):
-                if d["op"] == "proj":
-                    self.aliased.add(ir.operands(g, v)[0])
+            if d["op"] == "const":
                 continue
-            if primitives.get(d["op"]).aliases_operands:
-                self.aliased.update(ir.operands(g, v))
+            if d["op"] == "proj" or primitives.get(d["op"]).aliases_operands:
+                for u in set(ir.operands(g, v)):
+                    self.aliased.add(u)
+                    self.views_of.setdefault(u, []).append(v)
                 self.views.add(v)
+        # the statement after which neither a value nor any view of it is
+        # read: only then is its buffer free (a view of a value that never
+        # dies keeps it alive for good)
+        self.dies = {}
+        for v in reversed(order):
+            last = self.last_use.get(v, -1)
+            for w in self.views_of.get(v, ()):
+                last = max(last, float("inf") if w in self.never_dies else self.dies.get(w, -1))
+            self.dies[v] = last
+        self.dying = {}
+        for v, i in self.dies.items():
+            if i >= 0 and i != float("inf"):
+                self.dying.setdefault(i, []).append(v)
         self.owned = set()      # fresh results: ours to overwrite once dead
+        self.deleted = set()    # values whose names a ``del`` dropped
+        self.holders = {}       # value -> the earlier values whose names hold its buffer
         self.handed_on = set()  # values whose buffer a later value took over
         self.pool = {}          # (shape, dtype) -> [value] dead owned buffers
         self.tags = {}          # value -> frozenset of its buffer's tags
@@ -242,12 +267,13 @@ class BufferPlanner:
         ``need``."""
         key = self._key(v)
         for u in inplace:
-            if (u in self.owned and self.last_use.get(u) == i and u not in self.never_dies
-                    and u not in self.aliased and self._key(u) == key
-                    and self._fits(v, u, need)):
+            if (u in self.owned and self.last_use.get(u) == i and self.dies.get(u) == i
+                    and u not in self.never_dies and self._only_views_dead(u, i)
+                    and self._key(u) == key and self._fits(v, u, need)):
                 self.owned.discard(u)
                 self.handed_on.add(u)  # its buffer lives on as this value
                 self.tags[v] = self.tags.get(u, frozenset())
+                self.holders[v] = self.holders.get(u, []) + [u]
                 return u
         free = self.pool.get(key)
         for j in range(len(free or ()) - 1, -1, -1):
@@ -255,6 +281,7 @@ class BufferPlanner:
             if self._fits(v, u, need):
                 del free[j]
                 self.tags[v] = self.tags.get(u, frozenset())
+                self.holders[v] = self.holders.get(u, []) + [u]
                 return u
         return None
 
@@ -263,8 +290,24 @@ class BufferPlanner:
         gave it): its buffer may be reused once it is dead."""
         if tags:
             self.tags[v] = self.tags.get(v, frozenset()) | frozenset(tags)
-        if v not in self.aliased:
+        if v not in self.views:
             self.owned.add(v)
+
+    def _large(self, u):
+        shape = self.g.nodes[u].get("shape")
+        return shape is not None and int(np.prod(shape)) >= DEL_MIN_ELEMENTS
+
+    def _only_views_dead(self, u, i):
+        # writing into u at statement i: a view of u read at i would see
+        # the new values (a transpose does not read element k at k)
+        return all(self.dies.get(w, -1) < i for w in self.views_of.get(u, ()))
+
+    def _view_names(self, u):
+        out = []
+        for w in self.views_of.get(u, ()):
+            out.append(w)
+            out += self._view_names(w)
+        return out
 
     def may_keep(self, v):
         """May v's buffer be kept between calls (v never escapes)?"""
@@ -282,17 +325,25 @@ class BufferPlanner:
         values among them to free at once (large, not pooled, not views)."""
         dels = []
         g = self.g
-        for u in set(ops):
-            if self.last_use.get(u) != i or u in self.never_dies or \
-                    g.nodes[u]["op"] in ("const", "input"):
+        for u in self.dying.get(i, ()):
+            if u in self.never_dies or g.nodes[u]["op"] in ("const", "input", "proj"):
                 continue
             if u in self.owned:
                 self.owned.discard(u)
-                self.pool.setdefault(self._key(u), []).append(u)
-            elif u not in self.aliased and u not in self.handed_on and u not in self.views and \
-                    g.nodes[u].get("shape") is not None and \
-                    int(np.prod(g.nodes[u]["shape"])) >= DEL_MIN_ELEMENTS:
-                dels.append(u)
+                if self.last_made is not None and self.last_made.get(self._key(u), -1) <= i \
+                        and self._large(u):
+                    # every name that holds the buffer goes, or it stays
+                    for w in [u] + self.holders.get(u, []):
+                        dels += [w] + self._view_names(w)
+                else:
+                    self.pool.setdefault(self._key(u), []).append(u)
+            elif u not in self.handed_on and u not in self.views and \
+                    self._large(u) and not any(g.nodes[w]["op"] == "proj" for w in self._view_names(u)):
+                # its views are dead too: drop their names, or they hold it
+                dels += [u] + [w for w in self._view_names(u) if w not in self.handed_on]
+        # a view of two values is named once
+        dels = [u for u in dict.fromkeys(dels) if u not in self.deleted]
+        self.deleted.update(dels)
         return dels
 
 
@@ -417,8 +468,22 @@ def control_flow_statements(body, v, var, args, d, module, prev_src):
     return lines[-1], (src if len(lines) > 1 else prev_src)
 
 
+def _host_lines(var, args, d, module):
+    """A host routine over traced callables (SciPy's solvers, integrators and
+    optimisers: ``ops/scipy_solvers.py``): each body is a function of the
+    module, and the row's emitter prints the call that hands them to SciPy."""
+    a = d["attrs"]
+    bodies = a["bodies"] if "bodies" in a else (a["body"],)
+    fns = tuple(_body_function(module, b, "host_body") for b in bodies)
+    prim = primitives.get(d["op"])
+    for h in prim.helpers:
+        module.helper(h)
+    return [f"{var} = {prim.numpy(args, fns=fns, **a)}"]
+
+
 CONTROL_FLOW = {"scan": _scan_lines, "while": _while_lines, "cond": _cond_lines,
-                "while_fwd": _while_fwd_lines, "while_bwd": _while_bwd_lines}
+                "while_fwd": _while_fwd_lines, "while_bwd": _while_bwd_lines,
+                "scipy_solve": _host_lines, "scipy_quad": _host_lines, "scipy_ode": _host_lines}
 
 
 class Module:

@@ -40,12 +40,12 @@ class Lowered:
         self._lower(g, module)
 
     def _lower(self, g, module):
-        order = [v for v in ir.topo_order(g) if g.nodes[v]["op"] not in ("input",)]
+        order = [v for v in ir.memory_order(g) if g.nodes[v]["op"] not in ("input",)]
         outputs = g.graph["outputs"]
         names = {}
         for v, a in zip(g.graph["inputs"], self.args):
             names[v] = a
-        plan = BufferPlanner(g, order, [ir.operands(g, v) for v in order])
+        plan = BufferPlanner(g, order, [ir.operands(g, v) for v in order], statement_per_node=True)
         prev_src = None
 
         def expr(u):
