@@ -11,6 +11,7 @@ position, so ``x * x`` is two edges.  ``graph.graph["inputs"]`` and
 from __future__ import annotations
 
 import heapq
+import math
 
 import networkx as nx
 import numpy as np
@@ -75,11 +76,14 @@ def _nbytes(d):
     if d["op"] in ("input", "const", "proj"):
         return 0
     avals = d.get("avals")
-    parts = avals if avals is not None else [Aval(d["shape"], d["dtype"])]
+    if avals is None:
+        shape = d.get("shape")
+        return 0 if shape is None or d.get("dtype") is None else \
+            math.prod(shape) * np.dtype(d["dtype"]).itemsize
     total = 0
-    for a in parts:
+    for a in avals:
         if getattr(a, "shape", None) is not None and getattr(a, "dtype", None) is not None:
-            total += int(np.prod(a.shape, dtype=np.int64)) * np.dtype(a.dtype).itemsize
+            total += math.prod(a.shape) * np.dtype(a.dtype).itemsize
     return total
 
 
@@ -108,18 +112,21 @@ def memory_order(g):
     whole forward pass, and an allocation waits until it is needed.  Pinned
     nodes (random draws, bodies of user code) keep their relative order.
     O(E log V): scores change only when a buffer is left with one reader."""
-    pred, succ, nodes = g._pred, g._succ, g.nodes
+    pred, succ, nodes = g._pred, g._succ, g._node
     creation = {v: i for i, v in enumerate(topo_order(g))}
     escapes = set(g.graph["outputs"])
     root, size, readers = {}, {}, {}
+    aliasing = {name for name, p in primitives.REGISTRY.items() if p.aliases_operands}
+    aliasing.add("proj")
     for v in creation:
         d = nodes[v]
-        ops = operands(g, v)
-        op = d["op"]
-        aliases = op == "proj" or (op not in ("input", "const") and primitives.get(op).aliases_operands)
-        root[v] = root[ops[0]] if aliases and ops else v
-        size[v] = 0 if aliases else _nbytes(d)
-        for u in set(ops):
+        if d["op"] in aliasing and pred[v]:
+            root[v] = root[operands(g, v)[0]]
+            size[v] = 0
+        else:
+            root[v] = v
+            size[v] = _nbytes(d)
+        for u in pred[v]:
             readers.setdefault(root[u], set()).add(v)
     escapes |= {root[v] for v in escapes}
     for v, d in nodes.items():
