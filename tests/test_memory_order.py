@@ -115,3 +115,36 @@ def test_memory_order_is_a_topological_order_of_every_node():
     cyc.add_edge(a, b, key=99, pos=99)
     with pytest.raises(nx.NetworkXUnfeasible):
         ir.memory_order(cyc)
+
+
+def test_eager_gradient_sums_added_in_place_stay_separate():
+    # the sum for n's gradient (two readers) passes through add's backward to
+    # a and b unchanged; a has two more readers: adding into that sum in place
+    # would change b's gradient too
+    def f(x):
+        a = np.sin(x)
+        b = np.cos(x)
+        n = a + b
+        m = n * n + n * 3.0
+        return np.sum(m + a * a + a * 2.0 + b)
+    x = np.linspace(-1, 1, 7)
+    eager = tg.grad(f, compile=False)(x)
+    compiled = tg.grad(f, backend="numpy")(x)
+    np.testing.assert_allclose(eager, compiled, rtol=1e-12)
+
+
+def test_compile_false_reads_the_arguments_without_copying_them():
+    n = 200_000
+    x = np.linspace(0, 1, n)
+    vg = tg.value_and_grad(lambda x: np.sum(x * 2.0), compile=False)
+    peak, (v, g) = _peak(lambda: vg(x))
+    assert peak < 2.6 * x.nbytes, peak / x.nbytes    # x * 2.0 and the gradient
+    np.testing.assert_allclose(g, np.full(n, 2.0))
+    assert x.flags.writeable     # the caller's array is untouched
+
+    def writes(x):
+        x[0] = 1.0
+        return np.sum(x)
+    with pytest.raises(TypeError, match=r"into an argument of the function"):
+        tg.grad(writes, compile=False)(x)
+    assert x[0] == 0.0

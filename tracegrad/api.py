@@ -936,7 +936,14 @@ def _eager_start(x, a, nested):
             return ops.clone(x)
         cls = NumpyTensor if isinstance(x, NumpyTensor) else Tensor
         return cls(x._data.copy(), requires_grad=True)
-    return NumpyTensor(np.array(a), requires_grad=True)
+    # the caller's array, read-only: no copy (a write into an argument is
+    # refused with its own error before it reaches the memory)
+    if type(a) is np.ndarray:
+        data = a.view()
+        data.flags.writeable = False
+    else:
+        data = np.array(a)
+    return NumpyTensor(data, requires_grad=True)
 
 
 def _face_of(x, g):

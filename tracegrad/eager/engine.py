@@ -314,6 +314,7 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
     accumulate=False: return the gradients of ``inputs`` (autograd.grad).
     """
     buffers = {}
+    summed = {}   # (id of node, output index) -> id of the gradient sum made here for that slot
     roots = []
     for t, g in zip(outputs, root_grads):
         if g is None:
@@ -453,8 +454,14 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
                         buf[idx] = g
                     elif create_graph:
                         buf[idx] = cur + g
+                    elif summed.get((id(nxt), idx)) == id(cur) and \
+                            cur._data.shape == np.broadcast_shapes(cur._data.shape, g._data.shape) \
+                            and np.result_type(cur._data, g._data) == cur._data.dtype:
+                        # this slot holds a sum made here, which nothing else has seen yet
+                        np.add(cur._data, g._data, out=cur._data)
                     else:  # nothing to record: add the arrays
                         buf[idx] = Tensor(cur._data + g._data)
+                        summed[(id(nxt), idx)] = id(buf[idx])
                 d = deps[nxt] - 1
                 deps[nxt] = d
                 if d == 0:
