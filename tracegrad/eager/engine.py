@@ -454,8 +454,8 @@ def run(outputs, root_grads, retain_graph, create_graph, inputs, accumulate):
                         buf[idx] = g
                     elif create_graph:
                         buf[idx] = cur + g
-                    elif summed.get((id(nxt), idx)) == id(cur) and \
-                            cur._data.shape == np.broadcast_shapes(cur._data.shape, g._data.shape) \
+                    elif summed.get((id(nxt), idx)) == id(cur) and type(cur._data) is np.ndarray \
+                            and cur._data.shape == np.broadcast_shapes(cur._data.shape, g._data.shape) \
                             and np.result_type(cur._data, g._data) == cur._data.dtype:
                         # this slot holds a sum made here, which nothing else has seen yet
                         np.add(cur._data, g._data, out=cur._data)

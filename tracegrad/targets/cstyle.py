@@ -150,7 +150,21 @@ class Kernel:
         self.accs = []        # fused reductions: {"decl", "update", "store"}
         self.outputs = []     # (node, driver variable) stored by this kernel
         self.partials = []    # (reduction node, partial buffer variable, dtype)
+        self._same_index = {}  # operand read at element i only -> its parameter's index
+        self._out_param = {}   # output -> its parameter's index
         self._lower(g, names, const_name)
+
+    def same_index_operands(self, g):
+        """The operands this kernel reads at the very element it stores
+        (same shape, no broadcast): an output may be written over one of
+        them, since the loop reads element i before it stores element i."""
+        return list(self._same_index)
+
+    def shares_buffer(self, u, v):
+        """Output v is written over operand u: the two parameters point
+        into one buffer, so neither may be declared ``__restrict__``."""
+        for j in (self._same_index[u], self._out_param[v]):
+            self.params[j] = self.params[j].replace(" __restrict__", "")
 
     def describe(self, g):
         ops = [f"%{v} {g.nodes[v]['op']}" for v in self.group.nodes]
@@ -206,11 +220,13 @@ class Kernel:
                 pname = f"{pname}_{src}"
             taken.add(pname)
             ct = ctype(ds["dtype"])
+            off = offset(ds["shape"])
+            if off == "i" and ds["op"] not in ("const", "input"):
+                self._same_index[src] = len(self.params)
             self.params.append(f"const {ct}* __restrict__ {pname}")
             self.param_info.append((ct, numel(ds["shape"]), False))
             arg = names[src] if ds["op"] != "const" else const_name(src)
             self.args.append(self.target.pass_array.format(arg=arg, dtype=ds["dtype"].name))
-            off = offset(ds["shape"])
             line = {"code": f"const {ct} {var} = {pname}[{off}];",
                     "comment": f"%{src} {ds['op'] if ds['op'] != 'input' else 'input ' + names[src]}"
                                f" {ds['dtype']}{list(ds['shape'])}"
@@ -277,6 +293,7 @@ class Kernel:
             if v in outs or users:
                 d = g.nodes[v]
                 pname = f"out_t{v}"
+                self._out_param[v] = len(self.params)
                 self.params.append(f"{ctype(d['dtype'])}* __restrict__ {pname}")
                 self.param_info.append((ctype(d["dtype"]), self.n, True))
                 self.args.append(f"t{v}")

@@ -205,13 +205,20 @@ class Function(cstyle.Function):
         self._kept_bytes += n
         return True
 
-    def _kernel_output(self, g, v, var, i, names):
+    def _kernel_output(self, g, v, var, i, names, kern=None):
         """The statement giving kernel output v (variable ``var``) its
-        C-contiguous buffer."""
+        C-contiguous buffer: an operand of ``kern`` that dies there (the
+        kernel reads element i of it before it stores element i), a dead
+        value's, a buffer kept between calls, or a new one."""
         plan, d = self._plan, g.nodes[v]
         what = f"%{v} {d['op']}"
-        u = plan.take(v, i, need=frozenset({"c_order"}))
-        if u is not None:
+        inplace = [] if kern is None else kern.same_index_operands(g)
+        u = plan.take(v, i, inplace, need=frozenset({"c_order"}))
+        if u is not None and u in inplace:
+            plan.own(v)
+            kern.shares_buffer(u, v)
+            code, comment = f"{var} = {names[u]}", f"{what}: over %{u}, read here for the last time"
+        elif u is not None:
             plan.own(v)
             code, comment = f"{var} = {names[u]}", f"{what}: into the buffer of %{u}, dead"
         elif plan.may_keep(v) and self._keep(d["shape"], d["dtype"]):
@@ -253,7 +260,7 @@ class Function(cstyle.Function):
         self.body.append({"code": None, "comment": None,
                           "source": f"kernel {kname}: {kern.describe(g)}"})
         for v, var in kern.outputs:
-            self._kernel_output(g, v, var, i, names)
+            self._kernel_output(g, v, var, i, names, kern)
             if g.nodes[v]["shape"] == ():
                 self._kernel_0d.add(v)
         for (r, var, dt), acc in zip(kern.partials, kern.accs):
