@@ -135,17 +135,12 @@ def scalar_alias_aug_ifexp(x):
     return s0
 
 
-_IMMUTABLE = pytest.mark.xfail(strict=True, reason="known: tracegrad updates a 0-d value in "
-                                                   "place where NumPy's scalar (np.float64) is "
-                                                   "immutable")
-
-
 @pytest.mark.parametrize("f, compile", [
-    pytest.param(scalar_alias_aug, True, marks=_IMMUTABLE, id="alias-compiled"),
-    pytest.param(scalar_alias_aug, False, marks=_IMMUTABLE, id="alias-eager"),
+    pytest.param(scalar_alias_aug, True, id="alias-compiled"),
+    pytest.param(scalar_alias_aug, False, id="alias-eager"),
     # the conditional expression's cond node gives a new value: right compiled
     pytest.param(scalar_alias_aug_ifexp, True, id="ifexp-compiled"),
-    pytest.param(scalar_alias_aug_ifexp, False, marks=_IMMUTABLE, id="ifexp-eager")])
+    pytest.param(scalar_alias_aug_ifexp, False, id="ifexp-eager")])
 def test_augmented_assignment_of_a_numpy_scalar_alias(f, compile):
     x = np.array([0.5, 0.25])
     v, g = tg.value_and_grad(f, compile=compile)(x.copy())
@@ -368,3 +363,25 @@ def test_a_read_through_an_alias_inside_a_converted_statement(f):
     v, g = tg.value_and_grad(f)(x.copy())
     np.testing.assert_allclose(v, f(x.copy()), rtol=1e-12)
     np.testing.assert_allclose(g, _fd(f, x), rtol=1e-6, atol=1e-9)
+
+
+def zero_d_array_alias_aug(x):
+    a = np.zeros(())          # a 0-d ndarray: mutable in NumPy
+    b = a
+    b += np.sum(x * x)        # writes into a too
+    c = np.copy(np.sum(x))    # np.copy of a scalar is a 0-d array
+    d = c
+    d *= 3.0
+    e = np.sum(np.sin(x))     # np.float64
+    f = e
+    f /= 2.0                  # rebinds f only
+    return a + b + c + 10.0 * e + f
+
+
+@pytest.mark.parametrize("compile", [True, False])
+def test_augmented_assignment_of_a_zero_d_array_writes_through(compile):
+    x = np.array([0.5, 0.25, -1.0])
+    want = zero_d_array_alias_aug(x)
+    got = tg.value_and_grad(zero_d_array_alias_aug, compile=compile)(x)
+    np.testing.assert_allclose(got[0], want, rtol=1e-13)
+    np.testing.assert_allclose(got[1], _fd(zero_d_array_alias_aug, x), rtol=1e-6, atol=1e-9)

@@ -1270,7 +1270,7 @@ def _run_eager(fn, args, kwargs):
     (NumPy would drop the gradient)."""
     from tracegrad.eager.tensor import NumpyTensor
     from tracegrad.ops.indexing import indexable_constants
-    with created.following(NumpyTensor), foreign_writes_explained("a value being differentiated"):
+    with created.following(NumpyTensor.created), foreign_writes_explained("a value being differentiated"):
         return indexable_constants(fn, None, None, created.substitute)(*args, **kwargs)
 
 

@@ -377,8 +377,39 @@ class NumpyTensor(Tensor):
     into a plain ndarray) would cut it off from the gradient, so it raises
     a ConversionError naming the line -- unless the result only decides
     control flow (``if float(x) > 0.5:``, ``while x.item() > tol:``)."""
-    __slots__ = ()
+    # _nd: an ndarray for NumPy (created by the function, or a copy); any
+    # other 0-d value is what NumPy's ufuncs and reductions return, an
+    # immutable NumPy scalar, which `s += 1` rebinds
+    __slots__ = ("_nd",)
     _face = "numpy"
+
+    @classmethod
+    def created(cls, array):
+        """The value of an ndarray the user's function created (np.zeros,
+        np.array, ...): an array, also when 0-d."""
+        t = cls(array)
+        t._nd = True
+        return t
+
+    def _rebinds(self):
+        return self.ndim == 0 and not getattr(self, "_nd", False) and \
+            getattr(self, "_base", None) is None and \
+            not (self._requires_grad and self.grad_fn is None)
+
+    def __iadd__(self, o):
+        return self + o if self._rebinds() else super().__iadd__(o)
+
+    def __isub__(self, o):
+        return self - o if self._rebinds() else super().__isub__(o)
+
+    def __imul__(self, o):
+        return self * o if self._rebinds() else super().__imul__(o)
+
+    def __itruediv__(self, o):
+        return self / o if self._rebinds() else super().__itruediv__(o)
+
+    def __ipow__(self, o):
+        return self ** o if self._rebinds() else super().__ipow__(o)
 
     def __array__(self, dtype=None, copy=None):
         if self._requires_grad:
@@ -471,7 +502,9 @@ class NumpyTensor(Tensor):
         return "NumPy-face " + super().__repr__()
 
     def _copy(self):
-        return self.clone()
+        c = self.clone()
+        c._nd = True
+        return c
 
     def astype(self, dtype, order="K", casting="unsafe", subok=True, copy=True):
         if order not in ("K", "A", "C", "F"):

@@ -171,7 +171,7 @@ class Tracer(ArrayMethods):
     dialect of the argument it stands for, or of the first traced operand
     of the op that made it; names whose meaning differs follow it."""
     __slots__ = ("_trace", "_id", "shape", "dtype", "_face", "_view", "_vbox", "_order",
-                 "__weakref__")
+                 "_array", "__weakref__")
 
     def __init__(self, trace, id, aval, face="numpy"):
         self._trace = trace
@@ -189,6 +189,10 @@ class Tracer(ArrayMethods):
         # axes in memory order (np.copy(y.T) is Fortran-ordered: (1, 0)), or
         # UNKNOWN_LAYOUT; it decides whether a reshape is a view or a copy
         self._order = None
+        # an ndarray for NumPy (an array the function created, a copy): a 0-d
+        # value made any other way is what NumPy's ufuncs and reductions
+        # return, an immutable NumPy scalar, which `s += 1` rebinds
+        self._array = False
 
     @property
     def id(self):
@@ -357,13 +361,20 @@ class Tracer(ArrayMethods):
     def _copy(self):
         """NumPy's copy: the same (immutable) node as another array object,
         which in-place updates and views of the original do not reach."""
-        return Tracer(self._trace, self.id, self.aval, self._face)
+        c = Tracer(self._trace, self.id, self.aval, self._face)
+        c._array = True
+        return c
 
     # In-place arithmetic updates the value every name bound to it sees, as
     # NumPy does (b = a; b += 1 changes a).  A view shares memory with its
     # base, which compiled code cannot write through: that is an error.
     def _inplace(self, op, other, symbol):
         r = getattr(operator, op)(self, other)   # what `self <op> other` computes
+        if self._face == "numpy" and self.shape == () and not self._array and \
+                self._view is None and not any(a is self for a in self._trace.arguments):
+            # a NumPy scalar (np.float64) is immutable: the name is rebound,
+            # other names bound to the old value keep it
+            return r
         if r.shape != self.shape:
             raise ValueError(f"non-broadcastable output operand with shape {self.shape} "
                              f"doesn't match the broadcast shape {r.shape} (in-place '{symbol}')")
@@ -791,6 +802,13 @@ class Trace:
         result (``_fold``)."""
         nid = self.const(np.asarray(array))
         return Tracer(self, nid, self.nodes[nid].aval, face)
+
+    def follow_created(self, array):
+        """The tracer of an ndarray the user's function created (np.zeros,
+        np.array, ...): an array, also when 0-d (``+=`` writes into it)."""
+        t = self.follow(array)
+        t._array = True
+        return t
 
     def is_lifted(self, tracer):
         """Is this tracer object an implicit input handed to the function?"""
@@ -1266,7 +1284,7 @@ def _trace_once(fn, run, leaves_avals, rebuild_args, names, backend, faces, func
     args, kwargs = rebuild_args(tracers)
     from tracegrad.ops.random import tracing_random_draws  # np.random.* draws become nodes
     with _captured.rooted(trace if scope is not None else None), \
-            created.following(trace.follow), \
+            created.following(trace.follow_created), \
             tracing_random_draws(trace, fn, args, kwargs) as (args, kwargs):
         # NumPy arrays fn names (globals, closures) accept traced indices
         from tracegrad.ops.indexing import indexable_constants
@@ -1320,7 +1338,7 @@ def trace_body(fn, avals, faces=None, contain=False):
     if contain:
         stack.append(T)
     try:
-        with created.following(T.follow):
+        with created.following(T.follow_created):
             outs = fn(*xs)
     finally:
         if contain:
