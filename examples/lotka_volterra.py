@@ -4,8 +4,11 @@ written as a SciPy user writes it: ``scipy.integrate.solve_ivp`` in the loss,
 
     python examples/lotka_volterra.py [--small]
 
-tracegrad differentiates ``solve_ivp`` as called (forward sensitivities,
-integrated by the same solver at the same tolerances: docs/scipy.md).  The
+tracegrad differentiates ``solve_ivp`` as called: the right-hand side is traced
+and compiled with the loss, SciPy integrates the compiled right-hand side, and
+the gradient is forward sensitivities whose right-hand side (the model's
+tangents) is compiled too, integrated by the same solver at the same
+tolerances (docs/scipy.md).  The
 program compares that gradient with central finite differences at the start
 point, then runs the same BFGS fit twice, with tracegrad's gradient and with
 finite-difference gradients, and prints both times and final losses.
@@ -76,8 +79,8 @@ def main():
     loss = make_loss(z0, t_obs, data)
     p0 = np.array([1.3, 0.9, 3.3, 1.1])
 
-    grad = tg.grad(loss)                       # solve_ivp inside: runs eagerly (said once)
-    grad(p0)                                   # the first call tries the trace, then falls back
+    grad = tg.grad(loss)                       # solve_ivp inside: one node of the compiled graph
+    grad(p0)                                   # the first call traces and compiles
     t0 = time.perf_counter()
     g_tg = grad(p0)
     t1 = time.perf_counter()

@@ -451,6 +451,10 @@ TESTED_ELSEWHERE = {
     # the cotangent of first_order, whose own derivative is refused by design (a second
     # derivative through scipy.optimize's roots): tests/test_scipy_as_written.py
     "first_order_grad",
+    # SciPy's solvers, integrators and optimisers over traced callables (subgraphs),
+    # and a value whose derivative is refused by name: closed forms of every order in
+    # tests/test_scipy_solvers_compiled.py
+    "scipy_solve", "scipy_quad", "scipy_ode", "no_derivative",
 }
 if importlib.util.find_spec("scipy") is None:
     TESTED_ELSEWHERE |= SCIPY_ROWS

@@ -31,6 +31,7 @@ function names SciPy.
 """
 from __future__ import annotations
 
+import builtins
 import functools
 import sys
 import types
@@ -38,6 +39,7 @@ import types
 import numpy as np
 
 from tracegrad.frontend import scipy_roots
+from tracegrad.ops import indexing as _indexing
 from tracegrad.ops import scipy_interpolate, scipy_linalg, scipy_more, scipy_special, scipy_stats
 from tracegrad.ops.base import is_value
 
@@ -433,3 +435,19 @@ def scipy_stats_module():
 def stand_in_of(value):
     """For tests and docs: what a traced function calling ``value`` reaches."""
     return substitute(value)
+
+
+def import_hook(name, globals=None, locals=None, fromlist=(), level=0):
+    """``__import__`` inside a function tracegrad traces or runs eagerly
+    (``tracegrad.ops.indexing.IMPORT_HOOK``): SciPy's modules come back as
+    their stand-ins, so ``import scipy.linalg`` or ``from scipy.linalg import
+    expm`` in the function body means what the module-level import means."""
+    mod = builtins.__import__(name, globals, locals, fromlist, level)
+    if level == 0 and (name == "scipy" or name.startswith("scipy.")):
+        stand_in = substitute(mod)
+        if stand_in is not None:
+            return stand_in
+    return mod
+
+
+_indexing.IMPORT_HOOK = import_hook

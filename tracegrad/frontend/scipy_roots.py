@@ -25,11 +25,16 @@ the integrand's gradient plus Leibniz's rule for differentiated limits.
 ``odeint`` / ``solve_ivp``: SciPy's solution; its derivative by forward
 sensitivities (S' = f_y S + f_theta, integrated by the same solver).
 
-This needs values, so it runs eagerly: under compile=False directly, and in a
-compiled transform by its eager fallback for that signature (the trace asks
-for it with ``ValueDependentTraceError``, said once in the log; with
-``fallback=False`` that is the error).  ``newton`` and ``fixed_point`` take a
-scalar x0 only.
+That is the eager path (compile=False, eager Tensors).  Under tracing (a
+compiled transform) each call becomes one graph node instead (the section
+"under tracing" at the end, rows in ``tracegrad/ops/scipy_solvers.py``): the
+callables are traced into bodies, SciPy runs on the compiled bodies, and the
+derivatives are the same formulas written over the bodies' derived bodies,
+so they are graph nodes of any order.  A call that cannot become a node
+(``full_output=True``, callbacks, ...) asks the compiled transform to run the
+function eagerly for that signature (``ValueDependentTraceError``, said once
+in the log; with ``fallback=False`` that is the error).  On the eager path
+``newton`` and ``fixed_point`` take a scalar x0 only.
 """
 from __future__ import annotations
 
@@ -39,6 +44,7 @@ import types
 
 import numpy as np
 
+from tracegrad.ops import scipy_solvers  # noqa: F401  (the rows of the graph path, registered)
 from tracegrad.ops.base import is_value
 from tracegrad.ops.scipy_rows import first_order
 
@@ -81,7 +87,9 @@ def _where():
 
 
 def _needs_values(qualname, values, how="the implicit function theorem's"):
-    """Under tracing: ask the compiled transform to run the function eagerly."""
+    """Under tracing: ask the compiled transform to run the function eagerly
+    (``tracegrad.autograd_compat.scipy.integrate.odeint``, whose derivative in
+    the time points is computed on values)."""
     if not any(hasattr(v, "_trace") for v in values):
         return
     trace_mod = sys.modules.get("tracegrad.frontend.trace")
@@ -147,8 +155,9 @@ def _bracketing(name):
     def solve(original, f, a, b, args=(), *rest, **kwargs):
         if not isinstance(args, tuple):
             args = (args,)
+        if _tracing(f, args, a, b):
+            return _graph_bracketing(name, f, a, b, args, rest, kwargs)
         values = _values((f, args))
-        _needs_values(qualname, values + _values((a, b)))
         full = kwargs.get("full_output", rest[3] if len(rest) > 3 else False)
         res = original(_plain(f), _float(a), _float(b), tuple(args), *rest, **kwargs)
         root = res[0] if full else res
@@ -167,8 +176,9 @@ def _newton(original, func, x0, fprime=None, args=(), *rest, **kwargs):
     if np.ndim(x0) != 0:
         raise NotImplementedError(f"{qualname} with an array x0 on differentiated values is "
                                   f"not supported by tracegrad (scalar roots only)")
+    if _tracing(func, fprime, args, rest, kwargs, x0):
+        return _graph_newton(func, x0, fprime, args, rest, kwargs)
     values = _values((func, fprime, args, rest, kwargs))
-    _needs_values(qualname, values + _values((x0,)))
     kw = dict(kwargs)
     if "fprime2" in kw:
         kw["fprime2"] = _plain(kw["fprime2"])
@@ -189,8 +199,9 @@ def _root_scalar(original, f, args=(), method=None, bracket=None, fprime=None, f
     qualname = "scipy.optimize.root_scalar"
     if not isinstance(args, tuple):
         args = (args,)
+    if _tracing(f, args, fprime, fprime2, bracket, x0, x1):
+        return _graph_root_scalar(f, args, method, bracket, fprime, fprime2, x0, x1, kwargs)
     values = _values((f, args, fprime, fprime2))
-    _needs_values(qualname, values + _values((bracket, x0, x1)))
     fp = fprime if isinstance(fprime, bool) else _plain(fprime)
     fp2 = fprime2 if isinstance(fprime2, bool) else _plain(fprime2)
     res = original(_plain(f), args=tuple(args), method=method,
@@ -208,8 +219,9 @@ def _fixed_point(original, func, x0, args=(), *rest, **kwargs):
     if np.ndim(x0) != 0:
         raise NotImplementedError(f"{qualname} with an array x0 on differentiated values is "
                                   f"not supported by tracegrad (scalar fixed points only)")
+    if _tracing(func, args, x0):
+        return _graph_fixed_point(func, x0, args, rest, kwargs)
     values = _values((func, args))
-    _needs_values(qualname, values + _values((x0,)))
     root = original(_plain(func), _float(x0), tuple(args), *rest, **kwargs)
     if not values:
         return root
@@ -228,8 +240,9 @@ def _quad(original, func, a, b, args=(), *rest, **kwargs):
     qualname = "scipy.integrate.quad"
     if not isinstance(args, tuple):
         args = (args,)
+    if _tracing(func, args, a, b):
+        return _graph_quad(func, a, b, args, rest, kwargs)
     values = _values((func, args))
-    _needs_values(qualname, values + _values((a, b)), "the integral of the integrand's gradient")
     af, bf = _float(a), _float(b)
     res = original(_plain(func), af, bf, tuple(args), *rest, **kwargs)
     thetas = [v for v in values if getattr(v, "requires_grad", False)]
@@ -338,11 +351,13 @@ def _odeint(original, func, y0, t, args=(), *rest, **kwargs):
         rhs = lambda y, tt, *a: func(tt, y, *a)      # noqa: E731
     else:
         rhs = func
+    if _tracing(func, args, y0, t):
+        return _graph_odeint(func, y0, t, args, rest, kwargs)
     values = _values((func, args))
-    _needs_values(qualname, values + _values((y0, t)), "by forward sensitivities")
     if is_value(t) and getattr(t, "requires_grad", False):
-        raise NotImplementedError(f"{qualname}: a derivative in the time points is not "
-                                  f"supported by tracegrad")
+        raise NotImplementedError(f"{qualname}: a derivative in the time points with "
+                                  f"compile=False is not supported by tracegrad; a compiled "
+                                  f"transform gives it")
     if rest or any(k in kwargs for k in ("Dfun", "full_output")):
         if rest or kwargs.get("Dfun") is not None or kwargs.get("full_output"):
             raise NotImplementedError(f"{qualname}: Dfun, full_output and positional options "
@@ -365,8 +380,14 @@ def _solve_ivp(original, fun, t_span, y0, method="RK45", t_eval=None, dense_outp
                events=None, vectorized=False, args=None, **options):
     qualname = "scipy.integrate.solve_ivp"
     args = () if args is None else (args if isinstance(args, tuple) else (args,))
+    if _tracing(fun, args, y0, t_span, t_eval):
+        return _graph_solve_ivp(fun, t_span, y0, method, t_eval, dense_output, events,
+                                vectorized, args, options)
     values = _values((fun, args))
-    _needs_values(qualname, values + _values((y0, t_span, t_eval)), "by forward sensitivities")
+    if any(getattr(v, "requires_grad", False) for v in _values((t_span, t_eval))):
+        raise NotImplementedError(f"{qualname}: a derivative in the time points (t_span, "
+                                  f"t_eval) with compile=False is not supported by tracegrad; "
+                                  f"a compiled transform gives it")
     if dense_output or events is not None or vectorized:
         if values:
             raise NotImplementedError(f"{qualname}: dense_output, events and vectorized are "
@@ -461,8 +482,9 @@ def _fsolve(original, func, x0, args=(), fprime=None, *rest, **kwargs):
     qualname = "scipy.optimize.fsolve"
     if not isinstance(args, tuple):
         args = (args,)
+    if _tracing(func, args, fprime, x0):
+        return _graph_fsolve(func, x0, args, fprime, rest, kwargs)
     values = _values((func, args, fprime))
-    _needs_values(qualname, values + _values((x0,)))
     full = kwargs.get("full_output", rest[0] if rest else 0)
     res = original(_plain_vec(func), np.asarray(_float_array(x0)), tuple(args),
                    _plain_vec(fprime), *rest, **kwargs)
@@ -477,8 +499,9 @@ def _root(original, fun, x0, args=(), method="hybr", jac=None, *rest, **kwargs):
     qualname = "scipy.optimize.root"
     if not isinstance(args, tuple):
         args = (args,)
+    if _tracing(fun, args, jac, x0):
+        return _graph_root(fun, x0, args, method, jac, rest, kwargs)
     values = _values((fun, args, jac))
-    _needs_values(qualname, values + _values((x0,)))
     if jac is True:
         raise NotImplementedError(f"{qualname}(jac=True) on differentiated values is not "
                                   f"supported by tracegrad; pass jac as a function or None")
@@ -508,13 +531,18 @@ def _minimize(original, fun, x0, args=(), method=None, jac=None, hess=None, hess
     qualname = "scipy.optimize.minimize"
     if not isinstance(args, tuple):
         args = (args,)
+    if _tracing(fun, args, jac, hess, hessp, x0):
+        return _graph_minimize(fun, x0, args, method, jac, hess, hessp, bounds, constraints,
+                               rest, kwargs)
     values = _values((fun, args, jac, hess, hessp))
-    _needs_values(qualname, values + _values((x0,)))
-    if values and (bounds is not None or constraints not in ((), [], None)):
+    if values and constraints not in ((), [], None):
         raise NotImplementedError(
-            f"{qualname} with bounds or constraints on differentiated values is not "
-            f"supported by tracegrad (its implicit derivative assumes an unconstrained "
-            f"minimum: the gradient is zero there)")
+            f"{qualname} with constraints on differentiated values is not supported by "
+            f"tracegrad (the derivative through the KKT system of general constraints is not "
+            f"implemented; bounds are)")
+    if values and bounds is not None and _values((bounds,)):
+        raise NotImplementedError(f"{qualname}: bounds that depend on differentiated values "
+                                  f"are not supported by tracegrad (constant bounds are)")
     if jac is True:
         raise NotImplementedError(f"{qualname}(jac=True) on differentiated values is not "
                                   f"supported by tracegrad; pass jac as a function or None")
@@ -523,10 +551,37 @@ def _minimize(original, fun, x0, args=(), method=None, jac=None, hess=None, hess
                    *rest, **kwargs)
     if values:
         shape = np.shape(res.x)
-        res.x = _implicit(qualname, _stationary(fun), res.x, args, shape)
+        residual = _stationary(fun)
+        if bounds is not None:      # x on an active bound stays there: x_A - bound_A = 0
+            lb, ub = _bound_arrays(qualname, bounds, res.x.size)
+            xs = np.asarray(res.x, float)
+            tol = 1e-8 * (1.0 + np.abs(xs))
+            at_lb, active = xs <= lb + tol, (xs <= lb + tol) | (xs >= ub - tol)
+            held = np.where(at_lb, lb, ub)
+            gradient = residual
+
+            def residual(x, *a):
+                from tracegrad.ops.base import where
+                return where(active, x - np.where(active, held, 0.0), gradient(x, *a))
+        res.x = _implicit(qualname, residual, res.x, args, shape)
         fv = fun(res.x, *args)                  # the envelope: d fun(x*) = fun_theta
         res.fun = (fv - fv.detach()) + float(np.asarray(res.fun)) if is_value(fv) else res.fun
     return res
+
+
+def _bound_arrays(qualname, bounds, n):
+    """(lb, ub) as float arrays of n elements (None: infinite) from a Bounds
+    object or a sequence of (min, max) pairs."""
+    if hasattr(bounds, "lb") and hasattr(bounds, "ub"):
+        lb = np.broadcast_to(np.asarray(bounds.lb, float), (n,)).copy()
+        ub = np.broadcast_to(np.asarray(bounds.ub, float), (n,)).copy()
+        return lb, ub
+    pairs = list(bounds)
+    if len(pairs) != n:
+        raise ValueError(f"{qualname}: {len(pairs)} bounds for {n} variables")
+    lb = np.array([-np.inf if p[0] is None else float(p[0]) for p in pairs])
+    ub = np.array([np.inf if p[1] is None else float(p[1]) for p in pairs])
+    return lb, ub
 
 
 def _minimize_scalar(original, fun, bracket=None, bounds=None, args=(), method=None, *rest,
@@ -534,8 +589,9 @@ def _minimize_scalar(original, fun, bracket=None, bounds=None, args=(), method=N
     qualname = "scipy.optimize.minimize_scalar"
     if not isinstance(args, tuple):
         args = (args,)
+    if _tracing(fun, args, bracket, bounds):
+        return _graph_minimize_scalar(fun, bracket, bounds, args, method, rest, kwargs)
     values = _values((fun, args))
-    _needs_values(qualname, values + _values((bracket, bounds)))
     res = original(_plain(fun), None if bracket is None else [_float(v) for v in bracket],
                    None if bounds is None else [_float(v) for v in bounds], tuple(args),
                    method, *rest, **kwargs)
@@ -561,15 +617,14 @@ def _least_squares(original, fun, x0, *rest, **kwargs):
     args = kw.get("args", ())
     args = args if isinstance(args, tuple) else (args,)
     fkw = kw.get("kwargs") or {}
+    if _tracing(fun, args, fkw, kw.get("jac") if callable(kw.get("jac")) else None, x0):
+        return _graph_least_squares(fun, x0, kw)
     values = _values((fun, args, fkw, kw.get("jac") if callable(kw.get("jac")) else None))
-    _needs_values(qualname, values + _values((x0,)))
     if values:
-        bounds = kw.get("bounds", (-np.inf, np.inf))
-        if not (np.all(np.isneginf(np.asarray(bounds[0], float)))
-                and np.all(np.isposinf(np.asarray(bounds[1], float)))):
-            raise NotImplementedError(
-                f"{qualname} with bounds on differentiated values is not supported by "
-                f"tracegrad (its implicit derivative assumes an unconstrained minimum)")
+        if _values((kw.get("bounds"),)):
+            raise NotImplementedError(f"{qualname}: bounds that depend on differentiated "
+                                      f"values are not supported by tracegrad (constant bounds "
+                                      f"are)")
         if kw.get("loss", "linear") != "linear":
             raise NotImplementedError(f"{qualname}(loss={kw['loss']!r}) on differentiated "
                                       f"values is not supported by tracegrad (loss='linear')")
@@ -584,7 +639,22 @@ def _least_squares(original, fun, x0, *rest, **kwargs):
         def cost(x, *a):
             r = fun(x, *a, **fkw)
             return 0.5 * (r * r).sum()
-        res.x = _implicit(qualname, _stationary(cost), res.x, args, np.shape(res.x))
+        residual = _stationary(cost)
+        active = np.asarray(getattr(res, "active_mask", 0)) != 0
+        if kw.get("bounds") is not None:
+            bd = kw["bounds"]
+            lb, ub = ((bd.lb, bd.ub) if hasattr(bd, "lb") else bd)
+            xs = np.asarray(res.x, float)
+            tol = 1e-8 * (1.0 + np.abs(xs))
+            active = active | (xs <= np.asarray(lb, float) + tol) | (
+                xs >= np.asarray(ub, float) - tol)
+        if np.any(active):      # x held on an active bound (SciPy's active_mask)
+            held, gradient = np.asarray(res.x, float), residual
+
+            def residual(x, *a):
+                from tracegrad.ops.base import where
+                return where(active, x - np.where(active, held, 0.0), gradient(x, *a))
+        res.x = _implicit(qualname, residual, res.x, args, np.shape(res.x))
         r = fun(res.x, *args, **fkw)
         if is_value(r):
             c = 0.5 * (r * r).sum()
@@ -601,3 +671,625 @@ def _float_array(x0):
 
 ROOTS.update(fsolve=_fsolve, root=_root, minimize=_minimize, minimize_scalar=_minimize_scalar,
              least_squares=_least_squares)
+
+
+# --- under tracing: the callables traced, one graph node per call ---------------------------
+# (tracegrad/ops/scipy_solvers.py: SciPy runs on the compiled callables; the derivatives are
+# the implicit function theorem's, the integral of the integrand's derivative, or forward
+# sensitivities, all written over the traced bodies, so they are graph nodes too)
+
+def _tracing(*things):
+    return any(hasattr(v, "_trace") for v in _values(things))
+
+
+def _decline(qualname, why):
+    """This call cannot become a graph node: the compiled transform runs the
+    function eagerly for this signature (said once in the log)."""
+    trace_mod = sys.modules.get("tracegrad.frontend.trace")
+    where = _where()
+    reason = f"{qualname}: {why}, so it runs eagerly"
+    raise trace_mod.ValueDependentTraceError(
+        f"{qualname} at {where} cannot be compiled: {why}. Run the function eagerly "
+        f"(compile=False), or let the compiled transform fall back to eager mode for this "
+        f"signature (its default)", where=where, reason=reason)
+
+
+def _opts(qualname, pairs):
+    """The options as a spec tuple (literals only), or decline."""
+    from tracegrad.ops.scipy_solvers import literal_ok
+    out = []
+    for k, v in sorted(pairs.items()):
+        if isinstance(v, dict):
+            v = tuple(sorted(v.items()))
+        elif isinstance(v, list):
+            v = tuple(v)
+        elif isinstance(v, np.ndarray) and v.ndim == 0:
+            v = v.item()
+        if is_value(v) or not literal_ok(v):
+            _decline(qualname, f"its option {k}={type(v).__name__} is not a constant number, "
+                               f"string or tuple")
+        out.append((k, v))
+    return tuple(out)
+
+
+def _as_array_out(v):
+    from tracegrad.ops._define import _ops
+    if isinstance(v, (list, tuple)) and any(is_value(e) for e in v):
+        return _ops.stack([e if is_value(e) else np.float64(e) for e in v])
+    return v
+
+
+def _key_of(c):
+    return (id(getattr(c, "_trace", None)), getattr(c, "id", id(c)))
+
+
+def _bodies(qualname, fns, avals):
+    """Trace each of ``fns`` (callables of the declared inputs -> one value)
+    into a Body with the same inputs (declared, then every traced value any
+    of them reads): (bodies, consts)."""
+    from tracegrad.ops.control import _Eager, _trace
+    from tracegrad.ops.primitives import Aval
+    traced = []
+    for fn in fns:
+        try:
+            b, cap, _ = _trace(lambda *x, fn=fn: (_as_array_out(fn(*x)),), avals)
+        except _Eager:
+            _decline(qualname, "its callable reads a Tensor that requires grad from its closure")
+        traced.append((b, cap))
+    consts, seen = [], {}
+    for _, cap in traced:
+        for c in cap:
+            k = _key_of(c)
+            if k not in seen:
+                seen[k] = len(consts)
+                consts.append(c)
+    if all(len(cap) == len(consts) and [seen[_key_of(c)] for c in cap] == list(range(len(cap)))
+           for _, cap in traced):
+        return [b for b, _ in traced], consts
+    from tracegrad.ops.control import eval_body
+    c_av = [Aval(tuple(c.shape), np.dtype(c.dtype)) for c in consts]
+    nd = len(avals)
+    out = []
+    for b, cap in traced:
+        pos = [seen[_key_of(c)] for c in cap]
+
+        def wrapped(*a, b=b, pos=pos):
+            a = list(a)
+            return tuple(eval_body(b, a[:nd] + [a[nd + p] for p in pos]))
+        out.append(_trace(wrapped, list(avals) + c_av)[0])
+    return out, consts
+
+
+def _derived(body, make):
+    """A body of the same inputs as ``body``: make(eval) -> outputs."""
+    from tracegrad.ops.control import _trace, eval_body
+    return _trace(lambda *a: make(lambda b, xs: eval_body(b, list(xs)), a), list(body.in_avals))[0]
+
+
+def _check_out(qualname, body, shape, what):
+    got = tuple(body.out_avals[0].shape)
+    if got != tuple(shape):
+        raise ValueError(f"{qualname}: {what} returned shape {got}, expected {tuple(shape)}")
+
+
+def _f64(x):
+    from tracegrad.ops._define import _ops
+    return _ops.astype(x, np.float64) if is_value(x) and np.dtype(x.dtype) != np.float64 else x
+
+
+def _named(names, values, *pairs):
+    """The leading operands: (names, values) of the given ones."""
+    for n, v in pairs:
+        if v is not None:
+            names.append(n)
+            values.append(_f64(v) if is_value(v) else np.float64(_float(v)))
+
+
+
+def _graph_root_scalar_like(qualname, name, lead, callables, roles, opts):
+    """One scalar root: bodies[0] is the residual."""
+    from tracegrad.ops.primitives import Aval
+    from tracegrad.ops.scipy_solvers import solve_call
+    xav = Aval((), np.dtype(np.float64))
+    bodies, consts = _bodies(qualname, callables, [xav])
+    for b in bodies:
+        _check_out(qualname, b, (), "the function")
+    names, values = [], []
+    _named(names, values, *lead)
+    return solve_call(name, names, values, consts, bodies, opts, roles, ())
+
+
+def _rest_kwargs(rest, names, kwargs):
+    kw = dict(zip(names, rest))
+    kw.update(kwargs)
+    return kw
+
+
+def _graph_bracketing(name, f, a, b, args, rest, kwargs):
+    qualname = f"scipy.optimize.{name}"
+    kw = _rest_kwargs(rest, ("xtol", "rtol", "maxiter", "full_output", "disp"), kwargs)
+    if kw.pop("full_output", False):
+        _decline(qualname, "full_output=True returns SciPy's RootResults")
+    if not kw.pop("disp", True):
+        _decline(qualname, "disp=False returns an unconverged root without an error")
+    opts = _opts(qualname, kw)
+    x, *_ = _graph_root_scalar_like(qualname, name, (("a", a), ("b", b)),
+                                    [lambda x: f(x, *args)], (("f", 0),), opts)
+    return x
+
+
+def _graph_newton(func, x0, fprime, args, rest, kwargs):
+    qualname = "scipy.optimize.newton"
+    kw = _rest_kwargs(rest, ("tol", "maxiter", "fprime2", "x1", "rtol", "full_output", "disp"),
+                      kwargs)
+    fprime2 = kw.pop("fprime2", None)
+    x1 = kw.pop("x1", None)
+    if kw.pop("full_output", False) or not kw.pop("disp", True):
+        _decline(qualname, "full_output / disp=False return SciPy's RootResults")
+    if np.ndim(x0) != 0:
+        _decline(qualname, "an array x0 (vectorised newton)")
+    opts = _opts(qualname, kw)
+    fns, roles = [lambda x: func(x, *args)], [("f", 0)]
+    for role, fn in (("fprime", fprime), ("fprime2", fprime2)):
+        if fn is not None:
+            if not callable(fn):
+                _decline(qualname, f"{role} is not a function")
+            roles.append((role, len(fns)))
+            fns.append(lambda x, fn=fn: fn(x, *args))
+    x, *_ = _graph_root_scalar_like(qualname, "newton", (("x0", x0), ("x1", x1)), fns,
+                                    tuple(roles), opts)
+    return x
+
+
+class _RootResults:
+    """scipy.optimize.root_scalar's result under tracing (traced root, converged,
+    iterations, function_calls)."""
+
+    def __init__(self, root, converged, iterations, function_calls, method):
+        self.root, self.converged = root, converged
+        self.iterations, self.function_calls, self.method = iterations, function_calls, method
+        self.flag = "converged" if converged is True else None
+
+    def __repr__(self):
+        return (f"RootResults(root={self.root!r}, converged={self.converged!r}, "
+                f"method={self.method!r}) (traced)")
+
+
+def _graph_root_scalar(f, args, method, bracket, fprime, fprime2, x0, x1, kwargs):
+    qualname = "scipy.optimize.root_scalar"
+    if isinstance(fprime, bool) or isinstance(fprime2, bool):
+        _decline(qualname, "fprime=True / fprime2=True (f returning derivatives)")
+    opts = _opts(qualname, dict(kwargs, method=method))
+    fns, roles = [lambda x: f(x, *args)], [("f", 0)]
+    for role, fn in (("fprime", fprime), ("fprime2", fprime2)):
+        if fn is not None:
+            roles.append((role, len(fns)))
+            fns.append(lambda x, fn=fn: fn(x, *args))
+    br = list(bracket) if bracket is not None else [None, None]
+    x, ok, nit, nfev = _graph_root_scalar_like(
+        qualname, "root_scalar", (("bracket0", br[0]), ("bracket1", br[1]), ("x0", x0),
+                                  ("x1", x1)), fns, tuple(roles), opts)
+    return _RootResults(x, ok, nit, nfev, method)
+
+
+def _graph_fixed_point(func, x0, args, rest, kwargs):
+    qualname = "scipy.optimize.fixed_point"
+    from tracegrad.ops.primitives import Aval
+    from tracegrad.ops.scipy_solvers import solve_call
+    kw = _rest_kwargs(rest, ("xtol", "maxiter", "method"), kwargs)
+    opts = _opts(qualname, kw)
+    shape = tuple(np.shape(x0)) if not is_value(x0) else tuple(x0.shape)
+    xav = Aval(shape, np.dtype(np.float64))
+    (g,), consts = _bodies(qualname, [lambda x: func(x, *args)], [xav])
+    _check_out(qualname, g, shape, "the function")
+    R = _derived(g, lambda ev, a: (ev(g, a)[0] - a[0],))
+    x0v = _f64(x0) if is_value(x0) else np.asarray(x0, np.float64)
+    x, *_ = solve_call("fixed_point", ["x0"], [x0v], consts, [R, g], opts, (("g", 1),), shape)
+    return x
+
+
+def _x0_flat(x0):
+    if is_value(x0):
+        return _f64(x0).reshape(-1)
+    return np.asarray(x0, np.float64).reshape(-1)
+
+
+def _graph_vector_root(qualname, name, fun, x0, args, jac_name, jac, opts):
+    from tracegrad.ops.primitives import Aval
+    from tracegrad.ops.scipy_solvers import solve_call
+    x0f = _x0_flat(x0)
+    n = int(x0f.shape[0])
+    xav = Aval((n,), np.dtype(np.float64))
+    fn_role = "fun" if name == "root" else "func"
+    fns, roles = [lambda x: fun(x, *args)], [(fn_role, 0)]
+    if jac is not None:
+        if not callable(jac):
+            _decline(qualname, f"{jac_name}={jac!r}")
+        fns.append(lambda x: jac(x, *args))
+        roles.append((jac_name, 1))
+    bodies, consts = _bodies(qualname, fns, [xav])
+    _check_out(qualname, bodies[0], (n,), "the function (a square system)")
+    x, ok, nit, nfev = solve_call(name, ["x0"], [x0f], consts, bodies, opts, tuple(roles), (n,))
+    return x, ok, nit, nfev, bodies[0], consts
+
+
+def _graph_fsolve(func, x0, args, fprime, rest, kwargs):
+    qualname = "scipy.optimize.fsolve"
+    kw = _rest_kwargs(rest, ("full_output", "col_deriv", "xtol", "maxfev", "band", "epsfcn",
+                             "factor", "diag"), kwargs)
+    if kw.pop("full_output", 0):
+        _decline(qualname, "full_output=True returns SciPy's infodict")
+    x, *_ = _graph_vector_root(qualname, "fsolve", func, x0, args, "fprime", fprime,
+                               _opts(qualname, kw))
+    return x
+
+
+def _result(**fields):
+    import scipy.optimize
+    return scipy.optimize.OptimizeResult(**fields)
+
+
+def _graph_root(fun, x0, args, method, jac, rest, kwargs):
+    qualname = "scipy.optimize.root"
+    if jac is True:
+        _decline(qualname, "jac=True (fun returning its Jacobian)")
+    kw = _rest_kwargs(rest, ("tol", "callback", "options"), kwargs)
+    if kw.get("callback") is not None:
+        _decline(qualname, "a callback")
+    kw.pop("callback", None)
+    kw["method"] = method
+    x, ok, nit, nfev, R, consts = _graph_vector_root(qualname, "root", fun, x0, args, "jac",
+                                                     jac, _opts(qualname, kw))
+    from tracegrad.ops.control import eval_body
+    return _result(x=x, success=ok, nfev=nfev, fun=eval_body(R, [x] + consts)[0])
+
+
+def _graph_minimize(fun, x0, args, method, jac, hess, hessp, bounds, constraints, rest,
+                    kwargs):
+    qualname = "scipy.optimize.minimize"
+    from tracegrad.ops.control import eval_body
+    from tracegrad.ops.primitives import Aval
+    from tracegrad.ops.scipy_solvers import solve_call
+    cons = _constraint_dicts(qualname, constraints)
+    if cons and bounds is not None:
+        _decline(qualname, "bounds together with constraints")
+    if bounds is not None and _values((bounds,)):
+        _decline(qualname, "bounds that depend on traced values")
+    if jac is True or hess is not None or hessp is not None:
+        _decline(qualname, "jac=True, hess or hessp")
+    if callable(method):
+        _decline(qualname, "a custom method")
+    kw = _rest_kwargs(rest, ("tol", "callback", "options"), kwargs)
+    if kw.get("callback") is not None:
+        _decline(qualname, "a callback")
+    kw.pop("callback", None)
+    kw["method"] = method
+    if isinstance(jac, str):
+        kw["jac"] = jac
+        jac = None
+    x0f = _x0_flat(x0)
+    n = int(x0f.shape[0])
+    if bounds is not None:
+        lb, ub = _bound_arrays(qualname, bounds, n)
+        kw["bounds"] = tuple((None if np.isneginf(lo) else float(lo),
+                              None if np.isposinf(hi) else float(hi)) for lo, hi in zip(lb, ub))
+    opts = _opts(qualname, kw)
+    xav = Aval((n,), np.dtype(np.float64))
+    fns, roles = [lambda x: fun(x, *args)], [("fun", 1)]
+    if jac is not None:
+        if not callable(jac):
+            _decline(qualname, f"jac={jac!r}")
+        fns.append(lambda x: jac(x, *args))
+        roles.append(("jac", 2))
+    for j, c in enumerate(cons):
+        cargs = c.get("args", ())
+        cargs = cargs if isinstance(cargs, tuple) else (cargs,)
+        roles.append((f"con{j}", len(fns) + 1))
+        fns.append(lambda x, c=c, a=cargs: c["fun"](x, *a))
+        if c.get("jac") is not None:
+            if not callable(c["jac"]):
+                _decline(qualname, "a constraint jac that is not a function")
+            roles.append((f"conjac{j}", len(fns) + 1))
+            fns.append(lambda x, c=c, a=cargs: c["jac"](x, *a))
+    bodies, consts = _bodies(qualname, fns, [xav])
+    _check_out(qualname, bodies[0], (), "the objective")
+    kind = "min"
+    if cons:
+        roled = dict(roles)
+        sizes = []
+        for j, c in enumerate(cons):
+            shape = tuple(bodies[roled[f"con{j}"] - 1].out_avals[0].shape)
+            if len(shape) > 1:
+                raise ValueError(f"{qualname}: constraint {j} returns shape {shape}; a "
+                                 f"constraint returns a number or a 1-D array")
+            sizes.append((c["type"], int(np.prod(shape, dtype=int))))
+        opts = opts + (("_constraints", tuple(sizes)),)
+        kind = "kkt"
+    x, ok, nit, nfev, *_ = solve_call("minimize", ["x0"], [x0f], consts, [bodies[0]] + bodies,
+                                       opts, tuple(roles), (n,), kind=kind)
+    fv = eval_body(bodies[0], [x] + consts)[0]
+    return _result(x=x, fun=fv, success=ok, nit=nit, nfev=nfev)
+
+
+def _constraint_dicts(qualname, constraints):
+    """minimize's constraints as a list of dicts ('type' eq / ineq, 'fun',
+    optional 'jac' and 'args'); constraint objects decline."""
+    if constraints in ((), [], None):
+        return []
+    cons = [constraints] if isinstance(constraints, dict) else list(constraints)
+    for c in cons:
+        if not isinstance(c, dict) or c.get("type") not in ("eq", "ineq") \
+                or not callable(c.get("fun")):
+            _decline(qualname, "constraints that are not dicts with type 'eq' / 'ineq' and "
+                               "a fun (NonlinearConstraint, LinearConstraint objects)")
+    return cons
+
+
+def _graph_minimize_scalar(fun, bracket, bounds, args, method, rest, kwargs):
+    qualname = "scipy.optimize.minimize_scalar"
+    from tracegrad.ops.control import eval_body
+    from tracegrad.ops.primitives import Aval
+    from tracegrad.ops.scipy_solvers import solve_call
+    if bounds is not None:
+        _decline(qualname, "bounds (the minimum may lie on a bound)")
+    if callable(method):
+        _decline(qualname, "a custom method")
+    kw = _rest_kwargs(rest, ("tol", "options"), kwargs)
+    kw["method"] = method
+    opts = _opts(qualname, kw)
+    xav = Aval((), np.dtype(np.float64))
+    (obj,), consts = _bodies(qualname, [lambda x: fun(x, *args)], [xav])
+    _check_out(qualname, obj, (), "the objective")
+    names, values = [], []
+    br = list(bracket) if bracket is not None else []
+    _named(names, values, *[(f"bracket{i}", v) for i, v in enumerate(br)])
+    x, ok, nit, nfev = solve_call("minimize_scalar", names, values, consts, [obj, obj], opts,
+                                  (("fun", 1),), (), kind="min")
+    return _result(x=x, fun=eval_body(obj, [x] + consts)[0], success=ok, nit=nit, nfev=nfev)
+
+
+def _graph_least_squares(fun, x0, kw):
+    qualname = "scipy.optimize.least_squares"
+    from tracegrad.ops.control import eval_body
+    from tracegrad.ops.primitives import Aval
+    from tracegrad.ops.scipy_solvers import solve_call
+    kw = dict(kw)
+    args = kw.pop("args", ())
+    args = args if isinstance(args, tuple) else (args,)
+    fkw = kw.pop("kwargs", None) or {}
+    bounds = kw.pop("bounds", (-np.inf, np.inf))
+    if _values((bounds,)):
+        _decline(qualname, "bounds that depend on traced values")
+    if hasattr(bounds, "lb") and hasattr(bounds, "ub"):
+        bounds = (bounds.lb, bounds.ub)
+    if not (np.all(np.isneginf(np.asarray(bounds[0], float)))
+            and np.all(np.isposinf(np.asarray(bounds[1], float)))):
+        n0 = int(_x0_flat(x0).shape[0])
+        kw["bounds"] = tuple(tuple(float(v) for v in np.broadcast_to(np.asarray(b, float),
+                                                                     (n0,)))
+                             for b in bounds)
+    if kw.get("loss", "linear") != "linear":
+        _decline(qualname, f"loss={kw['loss']!r}")
+    jac = kw.pop("jac", "2-point")
+    if callable(jac):
+        _decline(qualname, "a jac function")
+    kw["jac"] = jac
+    for k in ("x_scale",):
+        if isinstance(kw.get(k), np.ndarray):
+            kw[k] = tuple(float(v) for v in kw[k].ravel())
+    opts = _opts(qualname, kw)
+    x0f = _x0_flat(x0)
+    n = int(x0f.shape[0])
+    xav = Aval((n,), np.dtype(np.float64))
+    (rb,), consts = _bodies(qualname, [lambda x: fun(x, *args, **fkw)], [xav])
+    if len(rb.out_avals[0].shape) > 1:
+        raise ValueError(f"{qualname}: fun must return a 1-D residual vector")
+    cost = _derived(rb, lambda ev, a: (0.5 * (ev(rb, a)[0] * ev(rb, a)[0]).sum(),))
+    x, ok, nit, nfev, *_ = solve_call("least_squares", ["x0"], [x0f], consts, [cost, rb],
+                                       opts, (("fun", 1),), (n,), kind="min")
+    r = eval_body(rb, [x] + consts)[0]
+    return _result(x=x, fun=r, cost=0.5 * (r * r).sum(), success=ok, nfev=nfev)
+
+
+def _graph_quad(func, a, b, args, rest, kwargs):
+    qualname = "scipy.integrate.quad"
+    from tracegrad.ops.primitives import Aval
+    from tracegrad.ops.scipy_solvers import quad_call
+    kw = _rest_kwargs(rest, ("full_output", "epsabs", "epsrel", "limit", "points", "weight",
+                             "wvar", "wopts", "maxp1", "limlst", "complex_func"), kwargs)
+    if kw.pop("full_output", 0):
+        _decline(qualname, "full_output=1 returns SciPy's infodict")
+    for k in ("weight", "wvar", "wopts", "complex_func"):
+        if kw.get(k) not in (None, False):
+            _decline(qualname, f"{k}=")
+        kw.pop(k, None)
+    if kw.get("points") is not None:
+        kw["points"] = tuple(_float(p) for p in kw["points"])
+    opts = _opts(qualname, kw)
+    xav = Aval((), np.dtype(np.float64))
+    (body,), consts = _bodies(qualname, [lambda x: func(x, *args)], [xav])
+    _check_out(qualname, body, (), "the integrand")
+    av = _f64(a) if is_value(a) else np.float64(a)
+    bv = _f64(b) if is_value(b) else np.float64(b)
+    v, err = quad_call(av, bv, consts, body, opts)
+    return v, err
+
+
+def _rhs_body(qualname, rhs, n):
+    from tracegrad.ops.primitives import Aval
+    zav, tav = Aval((n,), np.dtype(np.float64)), Aval((), np.dtype(np.float64))
+    (body,), consts = _bodies(qualname, [rhs], [zav, tav])
+    _check_out(qualname, body, (n,), "the right-hand side")
+    return body, consts
+
+
+def _graph_odeint(func, y0, t, args, rest, kwargs):
+    qualname = "scipy.integrate.odeint"
+    from tracegrad.ops.scipy_solvers import ode_call
+    if rest or kwargs.get("Dfun") is not None or kwargs.get("full_output"):
+        _decline(qualname, "Dfun, full_output or positional options")
+    kw = {k: v for k, v in kwargs.items() if k not in ("Dfun", "full_output", "tfirst")}
+    opts = _opts(qualname, kw)
+    y0f = _x0_flat(y0)
+    n = int(y0f.shape[0])
+    if kwargs.get("tfirst"):
+        rhs = lambda z, tt: func(tt, z, *args)       # noqa: E731
+    else:
+        rhs = lambda z, tt: func(z, tt, *args)       # noqa: E731
+    body, consts = _rhs_body(qualname, rhs, n)
+    tv = _f64(t) if is_value(t) else np.asarray(t, np.float64)
+    return ode_call("odeint", y0f, [tv], ["t"], consts, body, opts)
+
+
+def _graph_solve_ivp(fun, t_span, y0, method, t_eval, dense_output, events, vectorized, args,
+                     options):
+    qualname = "scipy.integrate.solve_ivp"
+    from tracegrad.ops.scipy_solvers import ode_call
+    if dense_output or events is not None or vectorized:
+        _decline(qualname, "dense_output, events or vectorized")
+    if t_eval is None:
+        _decline(qualname, "no t_eval (the number of output times is known only after "
+                           "solving); pass t_eval")
+    if not isinstance(method, str):
+        _decline(qualname, "a custom method class")
+    opts = _opts(qualname, dict(options, method=method))
+    y0f = _x0_flat(y0)
+    n = int(y0f.shape[0])
+    body, consts = _rhs_body(qualname, lambda z, tt: fun(tt, z, *args), n)
+    t0, t1 = [(_f64(v) if is_value(v) else np.float64(v)) for v in t_span]
+    te = _f64(t_eval) if is_value(t_eval) else np.asarray(t_eval, np.float64)
+    Z = ode_call("solve_ivp", y0f, [t0, t1, te], ["t0", "t1", "t_eval"], consts, body, opts)
+    import scipy.integrate
+    return scipy.integrate._ivp.ivp.OdeResult(
+        t=te, y=Z.T, sol=None, t_events=None, y_events=None, status=0,
+        message="The solver successfully reached the end of the integration interval.",
+        success=True)
+
+
+def _graph_curve_fit(f, xdata, ydata, p0, sigma, absolute_sigma, check_finite, bounds, method,
+                     jac, full_output, nan_policy, kwargs):
+    qualname = "scipy.optimize.curve_fit"
+    from tracegrad.ops.primitives import Aval
+    from tracegrad.ops.scipy_solvers import solve_call
+    if jac is not None or full_output or nan_policy is not None:
+        _decline(qualname, "jac, full_output or nan_policy")
+    if not (np.all(np.isneginf(np.asarray(bounds[0], float)))
+            and np.all(np.isposinf(np.asarray(bounds[1], float)))):
+        _decline(qualname, "bounds (the derivative on the active set is not implemented)")
+    if sigma is not None and len(np.shape(sigma)) > 1:
+        _decline(qualname, "a covariance matrix sigma")
+    n = _n_params(qualname, f, p0)
+    x0 = _x0_flat(p0) if p0 is not None else np.ones(n)
+    y = _f64(ydata) if is_value(ydata) else np.asarray(ydata, np.float64)
+    if len(y.shape) != 1:
+        _decline(qualname, "ydata that is not 1-D")
+    s = None if sigma is None else (_f64(sigma) if is_value(sigma) else
+                                    np.asarray(sigma, np.float64))
+    opts = _opts(qualname, dict(kwargs, absolute_sigma=bool(absolute_sigma),
+                                check_finite=check_finite, method=method))
+    pav = Aval((n,), np.dtype(np.float64))
+
+    def model(p):
+        return _f64(_as_array_out(f(xdata, *[p[i] for i in range(n)])))
+
+    def weighted(p):
+        r = model(p) - y
+        return r if s is None else r / s
+
+    def cost(p):
+        r = weighted(p)
+        return 0.5 * (r * r).sum()
+    bodies, consts = _bodies(qualname, [cost, model, weighted], [pav])
+    _check_out(qualname, bodies[1], tuple(y.shape), "the model")
+    names, values = ["x0", "ydata"], [x0, y]
+    if s is not None:
+        names.append("sigma")
+        values.append(s)
+    popt, ok, nit, nfev, pcov = solve_call("curve_fit", names, values, consts, bodies, opts,
+                                           (("f", 1),), (n,), kind="min")
+    return popt, pcov
+
+
+def _n_params(qualname, f, p0):
+    if p0 is not None:
+        return int(np.size(p0)) if not is_value(p0) else int(np.prod(tuple(p0.shape)))
+    import inspect
+    try:
+        params = [p for p in inspect.signature(f).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        raise ValueError(f"{qualname}: unable to determine the number of fit parameters; "
+                         f"pass p0") from None
+    if len(params) < 2:
+        raise ValueError(f"{qualname}: unable to determine the number of fit parameters; "
+                         f"pass p0")
+    return len(params) - 1
+
+
+def _curve_fit(original, f, xdata, ydata, p0=None, sigma=None, absolute_sigma=False,
+               check_finite=None, bounds=(-np.inf, np.inf), method=None, jac=None, *,
+               full_output=False, nan_policy=None, **kwargs):
+    """scipy.optimize.curve_fit: popt is the minimiser of the weighted squared
+    residuals, differentiated by the implicit function theorem (as
+    least_squares); compiled, pcov = inv(J^T J) s^2 is differentiated too."""
+    qualname = "scipy.optimize.curve_fit"
+    if _tracing(f, xdata, ydata, p0, sigma):
+        return _graph_curve_fit(f, xdata, ydata, p0, sigma, absolute_sigma, check_finite,
+                                bounds, method, jac, full_output, nan_policy, kwargs)
+    values = _values((f, xdata, ydata, sigma))
+    call = dict(p0=None if p0 is None else _float_array(p0), sigma=_float_array(sigma),
+                absolute_sigma=absolute_sigma, check_finite=check_finite, bounds=bounds,
+                method=method, jac=jac, full_output=full_output, nan_policy=nan_policy)
+    if not values:
+        return original(f, xdata, ydata, **call, **kwargs)
+    if jac is not None or full_output or nan_policy is not None:
+        raise NotImplementedError(f"{qualname} with jac, full_output or nan_policy on "
+                                  f"differentiated values is not supported by tracegrad")
+    if not (np.all(np.isneginf(np.asarray(bounds[0], float)))
+            and np.all(np.isposinf(np.asarray(bounds[1], float)))):
+        raise NotImplementedError(f"{qualname} with bounds on differentiated values is not "
+                                  f"supported by tracegrad")
+    if sigma is not None and len(np.shape(sigma)) > 1:
+        raise NotImplementedError(f"{qualname} with a covariance matrix sigma on "
+                                  f"differentiated values is not supported by tracegrad")
+    n = _n_params(qualname, f, p0)
+    if p0 is None:
+        call["p0"] = np.ones(n)
+    plain_f = _plain_vec(lambda xd, *p: f(xdata, *p))
+    popt, pcov = original(lambda xd, *p: plain_f(xd, *p), _float_array(xdata),
+                          _float_array(ydata), **call, **kwargs)
+
+    def cost(p):
+        r = f(xdata, *[p[i] for i in range(n)]) - ydata
+        if sigma is not None:
+            r = r / sigma
+        return 0.5 * (r * r).sum()
+    popt_t = _implicit(qualname, _stationary(cost), popt, (), (n,))
+    from tracegrad.ops.scipy_solvers import no_derivative
+    return popt_t, no_derivative(pcov, values, f"{qualname}'s pcov (compile=False)",
+                                 "a compiled transform differentiates it (tg.grad, tg.jacobian)")
+
+
+def _dblquad(original, func, a, b, gfun, hfun, args=(), epsabs=1.49e-8, epsrel=1.49e-8):
+    """scipy.integrate.dblquad as SciPy computes it (nested quad: the inner
+    integral over y from gfun(x) to hfun(x), the outer over x), through the
+    quad stand-in, so its derivative is quad's (the integrand's derivative
+    integrated, Leibniz's rule for the limits, which may depend on x)."""
+    if not isinstance(args, tuple):
+        args = (args,)
+    if not (_tracing(func, args, a, b, gfun, hfun) or _values((func, args, a, b, gfun, hfun))):
+        return original(func, a, b, gfun, hfun, args, epsabs, epsrel)
+    import scipy.integrate
+    quad = scipy.integrate.quad
+
+    def lim(g, x):
+        return g(x) if callable(g) else g
+
+    def inner(x):
+        return _quad(quad, lambda y: func(y, x, *args), lim(gfun, x), lim(hfun, x),
+                     epsabs=epsabs, epsrel=epsrel)[0]
+    return _quad(quad, inner, a, b, epsabs=epsabs, epsrel=epsrel)
+
+
+ROOTS["curve_fit"] = _curve_fit
+INTEGRALS["dblquad"] = _dblquad

@@ -1096,6 +1096,12 @@ def _traced_function(f, memo):
     return f
 
 
+# ``__import__`` for the functions traced or run with stand-ins (installed by
+# tracegrad.frontend.scipy_calls: ``import scipy.linalg`` in the function
+# body gives SciPy's modules as the stand-ins module-level names give)
+IMPORT_HOOK = None
+
+
 class _IndexableGlobals(dict):
     """A function's globals as the function sees them while traced: reads
     give NumPy arrays as IndexableArray views (the same view every time);
@@ -1103,8 +1109,12 @@ class _IndexableGlobals(dict):
     ``LOAD_GLOBAL`` on a dict subclass goes through ``__getitem__``.)"""
 
     def __init__(self, base, memo):
-        super().__init__(__builtins__=base.get("__builtins__", __builtins__),
-                         __name__=base.get("__name__"))
+        built = base.get("__builtins__", __builtins__)
+        if IMPORT_HOOK is not None and memo.get("substitute") is not None:
+            # an import statement inside the function gives the stand-ins too
+            built = dict(built if isinstance(built, dict) else vars(built),
+                         __import__=IMPORT_HOOK)
+        super().__init__(__builtins__=built, __name__=base.get("__name__"))
         self._base, self._memo = base, memo
 
     def __getitem__(self, key):
