@@ -58,6 +58,20 @@ def the_suite_leaves_the_temporary_folder_as_it_found_it():
     assert not left, f"the suite left these in the temporary folder: {left}"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def torch_compiler_cache_in_pytests_tmp(tmp_path_factory):
+    """torch (in a side environment) makes its compiler cache folder under
+    the temporary folder on its first transforms or optimizer steps; the
+    suite keeps that folder empty, so torch's goes to pytest's own."""
+    old = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path_factory.mktemp("torchinductor"))
+    yield
+    if old is None:
+        os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    else:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = old
+
+
 @pytest.fixture
 def numpy_target(monkeypatch):
     """For a test of the NumPy target's own code or bits (its generated

@@ -937,13 +937,11 @@ def tutorial_per_sample_grads(rec):
     ft_compute_grad = grad(compute_loss)
     ft_compute_sample_grad = vmap(ft_compute_grad, in_dims=(None, None, 0, 0))
     ft_per_sample_grads = ft_compute_sample_grad(params, buffers, data, targets)
-    # The tutorial zips ft_per_sample_grads.values() with the parameters:
-    # torch's dicts keep their insertion order through the transforms, while
-    # tracegrad's traced trees sort dict keys (see the xfail test below), so
-    # the gradients are taken here by name.
+    # as the tutorial: torch.func's dicts keep their insertion order
     rec("vmap(grad) matches", [
-        torch.allclose(per_sample_grad, ft_per_sample_grads[name], atol=3e-3, rtol=1e-5)
-        for per_sample_grad, name in zip(per_sample_grads, params)])
+        torch.allclose(per_sample_grad, ft_per_sample_grad, atol=3e-3, rtol=1e-5)
+        for per_sample_grad, ft_per_sample_grad in zip(per_sample_grads,
+                                                       ft_per_sample_grads.values())])
     rec("vmap(grad) fc2.bias", ft_per_sample_grads["fc2.bias"])
 
 
@@ -951,9 +949,6 @@ def test_per_sample_gradients():
     _check("per_sample_grads", tutorial_per_sample_grads)
 
 
-@pytest.mark.xfail(strict=True, reason="traced pytrees sort dict keys (frontend/trace.py "
-                   "tree_flatten); torch.func keeps a dict's insertion order, which the "
-                   "per-sample-gradients tutorial relies on (zip(..., grads.values()))")
 def test_func_grad_keeps_dict_order():
     g = torch.func.grad(lambda p: (p["b"] * p["a"]).sum())(
         {"b": torch.ones(2), "a": torch.ones(2) * 2})

@@ -428,3 +428,84 @@ def test_reflected_operators_values_and_gradients_match_torch():
     # an integer tensor divided into a number stays torch's true division
     i = tg.tensor([1, 2, 4])
     assert (2 / i).tolist() == [2.0, 1.0, 0.5]
+
+
+# Expressions whose node torch names and wires as below (a number in a Scalar
+# position has no edge at all: 2 - b is rsub(b, 2), b ** 2 pow(b, 2)).
+_SLOT_CASES = {
+    "2 - b": lambda t, b, c: 2 - b, "b - 2": lambda t, b, c: b - 2,
+    "b ** 2": lambda t, b, c: b ** 2, "2 ** b": lambda t, b, c: 2 ** b,
+    "b ** 0.5": lambda t, b, c: b ** 0.5, "b ** c": lambda t, b, c: b ** c,
+    "2 / b": lambda t, b, c: 2 / b, "b / 2": lambda t, b, c: b / 2,
+    "2 * b": lambda t, b, c: 2 * b, "b + 2": lambda t, b, c: b + 2,
+    "b.pow(2)": lambda t, b, c: b.pow(2), "torch.pow(2, b)": lambda t, b, c: t.pow(2, b),
+    "torch.pow(c, 2)": lambda t, b, c: t.pow(c, 2), "b.pow(c)": lambda t, b, c: b.pow(c),
+    "b.clamp(0)": lambda t, b, c: b.clamp(0), "b.clamp(0, 1)": lambda t, b, c: b.clamp(0, 1),
+    "b.clamp(max=1)": lambda t, b, c: b.clamp(max=1),
+    "b.clamp_min(0)": lambda t, b, c: b.clamp_min(0),
+    "b.clamp_max(0.9)": lambda t, b, c: b.clamp_max(0.9),
+    "b.clamp(c)": lambda t, b, c: b.clamp(c),
+    "b.clamp(min=c)": lambda t, b, c: b.clamp(min=c),
+    "torch.rsub(b, 2)": lambda t, b, c: t.rsub(b, 2),
+    "b.remainder(2)": lambda t, b, c: b.remainder(2), "b % 2": lambda t, b, c: b % 2,
+    "b.fmod(2)": lambda t, b, c: b.fmod(2),
+    "torch.where(b > 0.9, b, c)": lambda t, b, c: t.where(b > 0.9, b, c),
+    "torch.where(b > 0.9, b, 0.)": lambda t, b, c: t.where(b > 0.9, b, 0.),
+    "torch.atan2(b, c)": lambda t, b, c: t.atan2(b, c),
+    "torch.cat([b, c])": lambda t, b, c: t.cat([b, c]),
+    "b.mul(c)": lambda t, b, c: b.mul(c),
+}
+
+
+def _torch_view(node):
+    """(name, [(edge name, nr)]) with torch's names for both libraries."""
+    def nm(n):
+        return None if n is None else n.name()
+    return nm(node), [(nm(n), i) for n, i in node.next_functions]
+
+
+@pytest.mark.parametrize("case", sorted(_SLOT_CASES))
+def test_node_names_and_next_functions_match_torch(case):
+    torch = pytest.importorskip("torch")
+    got = {}
+    for lib in (torch, tg):
+        a = lib.tensor([0.5, 1.5], dtype=lib.float64, requires_grad=True)
+        c = lib.tensor([2.0, 0.25], dtype=lib.float64, requires_grad=True)
+        b = a.sin()
+        out = _SLOT_CASES[case](lib, b, c)
+        view = _torch_view(out.grad_fn)
+        out.sum().backward()
+        got[lib.__name__] = [view] + [None if v.grad is None else v.grad.detach().numpy().copy()
+                                      for v in (a, c)]
+    theirs, ours = got["torch"], got["tracegrad"]
+    assert ours[0] == theirs[0]
+    for t, g in zip(theirs[1:], ours[1:]):
+        assert (t is None) == (g is None)
+        if t is not None:
+            np.testing.assert_allclose(g, t, rtol=1e-12)
+
+
+def test_dropped_slots_keep_hooks_grad_and_double_backward():
+    """A node without the number's slot runs backward, autograd.grad with
+    create_graph, its post hook (one gradient per torch slot) and the
+    replayed (compiled) backward of a repeated tape as before."""
+    a = tg.tensor([0.5, 1.5], requires_grad=True)
+    for f, d1 in [(lambda b: 2 - b, -np.cos([0.5, 1.5])),
+                  (lambda b: b ** 2, 2 * np.sin([0.5, 1.5]) * np.cos([0.5, 1.5])),
+                  (lambda b: b.clamp(0, 0.9),
+                   np.where(np.sin([0.5, 1.5]) <= 0.9, np.cos([0.5, 1.5]), 0))]:
+        out = f(a.sin())
+        seen = []
+        out.grad_fn.register_hook(lambda gi, go: seen.append(len(gi)))
+        g, = tg.autograd.grad(out.sum(), a, create_graph=True)
+        np.testing.assert_allclose(g.detach().numpy(), d1, rtol=1e-6)
+        assert seen == [1]
+        g.sum().backward()      # the second derivative through the same nodes
+        assert a.grad is not None
+        a.grad = None
+    for _ in range(3):          # replay: the same tape shape, compiled after the first runs
+        x = tg.tensor([0.2, 0.4], requires_grad=True)
+        ((2 - x.sin()) ** 2 + x.clamp(0.3)).sum().backward()
+        np.testing.assert_allclose(x.grad.numpy(),
+                                   -2 * (2 - np.sin([0.2, 0.4])) * np.cos([0.2, 0.4]) +
+                                   np.array([0.0, 1.0]), rtol=1e-6)

@@ -521,11 +521,11 @@ def test_a_compiled_module_sees_mode_attribute_and_hook_changes():
     m.eval()
     cm = tg.compile(m)
     np.testing.assert_allclose(cm(x).detach().numpy(), m(x).detach().numpy(), atol=1e-12)
-    m.train()       # batch_norm would update its running statistics: refused, not ignored
-    with pytest.raises(NotImplementedError, match="model.eval()"):
-        cm(x)
-    m.eval()
     m[4].p = 0.0
+    m.train()       # batch_norm on the batch's statistics, the running ones written back
+    nbt = int(m[1].num_batches_tracked)
+    np.testing.assert_allclose(cm(x).detach().numpy(), m(x).detach().numpy(), atol=1e-12)
+    assert int(m[1].num_batches_tracked) == nbt + 2
     m.train()
     m[1].eval()     # dropout(p=0) in training mode, batch norm on running statistics
     np.testing.assert_allclose(cm(x).detach().numpy(), m(x).detach().numpy(), atol=1e-12)

@@ -13,19 +13,6 @@ import tracegrad as tg
 torch = pytest.importorskip("torch")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _torch_cache_in_pytests_tmp(tmp_path_factory):
-    """torch.optim's first step makes torch's compiler cache folder under the
-    temporary folder, which the suite keeps empty: it goes to pytest's own."""
-    import os
-    old = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path_factory.mktemp("torchinductor"))
-    yield
-    if old is None:
-        os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
-    else:
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = old
-
 
 @pytest.fixture(autouse=True)
 def _float64():
@@ -208,6 +195,28 @@ LAYERS = {
     "mlp": (lambda L: L.nn.Sequential(L.nn.Linear(4, 5), L.nn.GELU(), L.nn.Dropout(0.0),
                                       L.nn.LayerNorm(5), L.nn.Linear(5, 2), L.nn.Softmax(dim=1)),
             (3, 4)),
+    "maxpool1d": (lambda L: L.nn.MaxPool1d(3, stride=2, padding=1, dilation=2), (2, 3, 11)),
+    "avgpool1d": (lambda L: L.nn.AvgPool1d(3, stride=2, padding=1, ceil_mode=True,
+                                           count_include_pad=False), (2, 3, 10)),
+    "avgpool2d_pad": (lambda L: L.nn.AvgPool2d((3, 2), stride=(2, 1), padding=(1, 0)),
+                      (2, 3, 7, 6)),
+    "adaptive1d": (lambda L: L.nn.AdaptiveAvgPool1d(4), (2, 3, 9)),
+    "conv3d": (lambda L: L.nn.Conv3d(2, 3, (2, 3, 2), stride=(1, 2, 1), padding=1),
+               (1, 2, 4, 5, 4)),
+    "conv_transpose1d": (lambda L: L.nn.ConvTranspose1d(4, 2, 3, stride=2, padding=1,
+                                                        output_padding=1, dilation=1),
+                         (2, 4, 5)),
+    "batchnorm1d_3d": (lambda L: L.nn.BatchNorm1d(3, affine=False), (4, 3, 5)),
+    "unfold": (lambda L: L.nn.Unfold((2, 3), padding=1, stride=(1, 2)), (2, 3, 5, 6)),
+    "upsample_nearest": (lambda L: L.nn.Upsample(scale_factor=2), (2, 3, 4, 5)),
+    "upsample_bilinear": (lambda L: L.nn.Upsample(size=(3, 7), mode="bilinear",
+                                                  align_corners=True), (2, 3, 4, 5)),
+    "upsample_linear_tuple": (lambda L: L.nn.Upsample(scale_factor=(1.5,), mode="linear"),
+                              (2, 3, 5)),
+    "instancenorm2d": (lambda L: L.nn.InstanceNorm2d(3, affine=True), (2, 3, 4, 5)),
+    "flatten_unflatten_identity": (lambda L: L.nn.Sequential(
+        L.nn.Flatten(), L.nn.Identity(), L.nn.Unflatten(1, (4, 15)), L.nn.Flatten(0, 1),
+        L.nn.Dropout(0.0)), (2, 3, 4, 5)),
 }
 LAYERS = {k: v for k, v in LAYERS.items() if v is not None}
 
@@ -236,6 +245,41 @@ def test_layers_match_torch_forward_backward_and_running_stats(name):
     tm.eval()
     gm.eval()
     _close(gm(gx), tm(tx), rtol=1e-10, atol=1e-12)
+
+
+ACTIVATIONS = {
+    "ReLU": {}, "ReLU6": {}, "LeakyReLU": {"negative_slope": 0.2}, "ELU": {"alpha": 0.7},
+    "CELU": {"alpha": 0.5}, "SELU": {}, "GELU": {}, "GELU_tanh": {"approximate": "tanh"},
+    "SiLU": {}, "Mish": {}, "Tanh": {}, "Sigmoid": {}, "LogSigmoid": {},
+    "Softplus": {"beta": 2.0, "threshold": 3.0}, "Softsign": {}, "Tanhshrink": {},
+    "Hardtanh": {"min_val": -0.5, "max_val": 0.7}, "Hardswish": {}, "Hardsigmoid": {},
+    "Hardshrink": {"lambd": 0.3}, "Softshrink": {"lambd": 0.3},
+    "Threshold": {"threshold": 0.1, "value": -2.0}, "GLU": {"dim": 1}, "Softmax": {"dim": 1},
+    "LogSoftmax": {"dim": 0}, "Softmin": {"dim": 1}, "PReLU": {"num_parameters": 4},
+}
+
+
+@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
+def test_activation_modules_match_torch(name):
+    """Every activation module: repr, output, and gradients (input and, for
+    PReLU, weight) as torch's."""
+    kw = ACTIVATIONS[name]
+    cls = name.split("_")[0]
+    x = np.random.default_rng(6).standard_normal((3, 4)) * 2
+    got = {}
+    for lib in (torch, tg):
+        m = getattr(lib.nn, cls)(**kw)
+        xt = lib.tensor(x, requires_grad=True)
+        out = m(xt)
+        (out * lib.tensor(np.cos(np.arange(out.numel())).reshape(tuple(out.shape)))).sum() \
+            .backward()
+        got[lib] = (repr(m), out, xt.grad, [p.grad for p in m.parameters()])
+    assert got[tg][0] == got[torch][0]
+    _close(got[tg][1], got[torch][1], rtol=1e-9, atol=1e-12)
+    tol = 1e-7 if cls in ("CELU", "Hardsigmoid") else 1e-9   # torch's float constants
+    _close(got[tg][2], got[torch][2], rtol=tol, atol=1e-12)
+    for a, b in zip(got[tg][3], got[torch][3]):
+        _close(a, b, rtol=1e-9, atol=1e-12)
 
 
 def test_embedding_and_bilinear_match_torch():
@@ -417,3 +461,205 @@ def test_recurrent_and_attention_layers_match_torch(name):
         _close(a, b, rtol=1e-9, atol=1e-11)
     for a, b in zip(gx + gp, tx + tp):
         _close(a.grad, b.grad, rtol=1e-8, atol=1e-10)
+
+
+NN_GRAD_CASES = [
+    (1, dict(), (2, 4, 9), (6, 4, 3)),
+    (1, dict(stride=2, padding=1, dilation=2, groups=2), (2, 4, 11), (6, 2, 3)),
+    (2, dict(), (2, 3, 6, 5), (4, 3, 3, 2)),
+    (2, dict(stride=(2, 1), padding=(1, 2), dilation=(1, 2), groups=1), (1, 3, 7, 6),
+     (2, 3, 3, 3)),
+    (2, dict(stride=2, padding=1, groups=3), (2, 6, 7, 7), (3, 2, 3, 3)),
+    (3, dict(padding=1), (1, 2, 4, 3, 3), (2, 2, 2, 2, 2)),
+]
+
+
+@pytest.mark.parametrize("case", range(len(NN_GRAD_CASES)))
+def test_nn_grad_conv_input_and_weight_match_torch(case):
+    """torch.nn.grad.conv*d_input / conv*d_weight: values, and their own
+    gradients (they are differentiable in the weight, input and grad_output)."""
+    nd, kw, xs, ws = NN_GRAD_CASES[case]
+    rng = np.random.default_rng(case)
+    x, w = rng.standard_normal(xs), rng.standard_normal(ws)
+    ys = tuple(torch.nn.functional.__dict__[f"conv{nd}d"](torch.tensor(x), torch.tensor(w),
+                                                            **kw).shape)
+    gy = rng.standard_normal(ys)
+    got = {}
+    for lib in (torch, tg):
+        tx, tw, tgy = (lib.tensor(a, requires_grad=True) for a in (x, w, gy))
+        gi = getattr(lib.nn.grad, f"conv{nd}d_input")(xs, tw, tgy, **kw)
+        gw = getattr(lib.nn.grad, f"conv{nd}d_weight")(tx, ws, tgy, **kw)
+        ((gi ** 2).sum() + (gw ** 3).sum()).backward()
+        got[lib] = [v.detach().numpy().copy() for v in (gi, gw, tx.grad, tw.grad, tgy.grad)]
+        assert tuple(gi.shape) == xs and tuple(gw.shape) == ws
+        assert gi.dtype == tw.dtype and gw.dtype == tx.dtype
+    for a, b in zip(got[tg], got[torch]):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-10)
+
+
+def test_nn_grad_inside_compiled_functions_and_its_errors():
+    rng = np.random.default_rng(7)
+    x, w = rng.standard_normal((2, 3, 6, 6)), rng.standard_normal((4, 3, 3, 3))
+    gy = rng.standard_normal((2, 4, 4, 4))
+    want = torch.nn.grad.conv2d_input(x.shape, torch.tensor(w), torch.tensor(gy)).numpy()
+    f = tg.compile(lambda w, gy: tg.nn.grad.conv2d_input((2, 3, 6, 6), w, gy))
+    np.testing.assert_allclose(np.asarray(f(w, gy)), want, rtol=1e-10)
+    # d/dw sum(conv2d_weight(x, w.shape, gy) * w) = conv2d_weight(x, w.shape, gy)
+    g = tg.grad(lambda w, gy: (tg.nn.grad.conv2d_weight(tg.tensor(x), w.shape, gy) * w).sum())(
+        tg.tensor(w), tg.tensor(gy))
+    np.testing.assert_allclose(
+        g.numpy(), torch.nn.grad.conv2d_weight(torch.tensor(x), w.shape, torch.tensor(gy)).numpy(),
+        rtol=1e-10)
+    with pytest.raises(RuntimeError, match="grad_output has shape"):
+        tg.nn.grad.conv2d_input((2, 3, 7, 7), tg.tensor(w), tg.tensor(gy))
+
+
+# --- torch.nn.functional, one call each, side by side ------------------------------------------
+# name -> (F function, input shapes (float arrays, differentiated), extra positional arguments
+# (arrays or values, not differentiated), keywords)
+_U = "uniform"   # an input in (0.05, 0.95): probabilities
+
+
+def _idx(*a):
+    return ("index", np.array(a))
+
+
+FUNCTIONAL = {
+    "batch_norm_eval": ("batch_norm", [(4, 3, 5)], [("pos", (3,)), ("pos", (3,))],
+                        {"training": False, "eps": 1e-3}),
+    "batch_norm_affine": (lambda F, x, w, b: F.batch_norm(x, None, None, w, b, training=True),
+                          [(4, 3, 5), (3,), (3,)], [], {}),
+    "layer_norm": (lambda F, x, w, b: F.layer_norm(x, (4, 5), w, b, eps=1e-4),
+                   [(3, 4, 5), (4, 5), (4, 5)], [], {}),
+    "group_norm": (lambda F, x, w, b: F.group_norm(x, 3, w, b), [(3, 6, 4), (6,), (6,)], [],
+                   {}),
+    "instance_norm": ("instance_norm", [(3, 4, 5, 2)], [], {}),
+    "conv1d": ("conv1d", [(2, 4, 9), (6, 2, 3), (6,)], [],
+               {"stride": 2, "padding": 2, "dilation": 2, "groups": 2}),
+    "conv2d": ("conv2d", [(2, 3, 7, 6), (4, 3, 3, 2)], [], {"padding": "same"}),
+    "conv3d": ("conv3d", [(1, 2, 4, 5, 4), (3, 2, 2, 3, 2)], [], {"stride": (1, 2, 1)}),
+    "conv_transpose1d": ("conv_transpose1d", [(2, 4, 5), (4, 3, 3)], [],
+                         {"stride": 2, "padding": 1, "output_padding": 1}),
+    "conv_transpose2d": ("conv_transpose2d", [(2, 2, 4, 3), (2, 3, 2, 3), (3,)], [],
+                         {"stride": (2, 1), "dilation": (1, 2)}),
+    "max_pool1d": ("max_pool1d", [(2, 3, 9)], [], {"kernel_size": 3, "stride": 2,
+                                                   "padding": 1}),
+    "max_pool2d": ("max_pool2d", [(2, 3, 7, 6)], [], {"kernel_size": (3, 2), "stride": 2,
+                                                      "ceil_mode": True}),
+    "max_pool2d_dilated": ("max_pool2d", [(1, 2, 7, 7)], [], {"kernel_size": 2,
+                                                              "dilation": 2}),
+    "avg_pool1d": ("avg_pool1d", [(2, 3, 9)], [], {"kernel_size": 3, "stride": 2, "padding": 1,
+                                                   "count_include_pad": False}),
+    "avg_pool2d": ("avg_pool2d", [(2, 3, 7, 6)], [], {"kernel_size": 3, "stride": 2,
+                                                      "padding": 1, "ceil_mode": True}),
+    "adaptive_avg_pool1d": ("adaptive_avg_pool1d", [(2, 3, 7)], [], {"output_size": 3}),
+    "adaptive_avg_pool2d": ("adaptive_avg_pool2d", [(2, 3, 7, 5)], [], {"output_size": (2, 4)}),
+    "embedding": ("embedding", [], [_idx([0, 3, 1], [3, 3, 2]), ("float", (4, 5))],
+                  {"padding_idx": 1}),
+    "kl_div": ("kl_div", [(4, 5)], [(_U, (4, 5))], {"reduction": "batchmean"}),
+    "kl_div_log_target": ("kl_div", [(4, 5), (4, 5)], [], {"reduction": "sum",
+                                                           "log_target": True}),
+    "bilinear": ("bilinear", [(5, 3), (5, 4), (2, 3, 4), (2,)], [], {}),
+    "interpolate_nearest": ("interpolate", [(2, 3, 4, 5)], [], {"scale_factor": 1.5}),
+    "interpolate_bilinear": ("interpolate", [(2, 3, 4, 5)], [],
+                             {"size": (7, 3), "mode": "bilinear"}),
+    "interpolate_linear_corners": ("interpolate", [(2, 3, 5)], [],
+                                   {"size": 9, "mode": "linear", "align_corners": True}),
+    "unfold": ("unfold", [(2, 3, 6, 7)], [], {"kernel_size": (2, 3), "dilation": (1, 2),
+                                              "padding": 1, "stride": (2, 1)}),
+    "glu": ("glu", [(3, 6)], [], {"dim": 1}),
+    "prelu": ("prelu", [(2, 3, 4), (3,)], [], {}),
+    "selu": ("selu", [(3, 4)], [], {}),
+    "celu": ("celu", [(3, 4)], [], {"alpha": 0.7}),
+    "mish": ("mish", [(3, 4)], [], {}),
+    "softsign": ("softsign", [(3, 4)], [], {}),
+    "hardtanh": ("hardtanh", [(3, 4)], [], {"min_val": -0.5, "max_val": 0.7}),
+    "relu6": ("relu6", [(3, 4)], [], {}),
+    "hardsigmoid": ("hardsigmoid", [(3, 4)], [], {}),
+    "hardswish": ("hardswish", [(3, 4)], [], {}),
+    "tanhshrink": ("tanhshrink", [(3, 4)], [], {}),
+    "hardshrink": ("hardshrink", [(3, 4)], [], {"lambd": 0.3}),
+    "softshrink": ("softshrink", [(3, 4)], [], {"lambd": 0.3}),
+    "threshold": ("threshold", [(3, 4)], [], {"threshold": 0.1, "value": -2.0}),
+    "softmin": ("softmin", [(3, 4)], [], {"dim": 0}),
+    "normalize": ("normalize", [(3, 4)], [], {"p": 3.0, "dim": 0}),
+    "cosine_similarity": ("cosine_similarity", [(3, 4), (3, 4)], [], {"dim": 1}),
+    "one_hot_linear": ("linear", [(3, 4), (2, 4)], [], {}),
+    "pad_reflect": ("pad", [(2, 3, 5)], [], {"pad": (2, 1), "mode": "reflect"}),
+    "sdpa": ("scaled_dot_product_attention", [(2, 3, 4, 5), (2, 3, 6, 5), (2, 3, 6, 4)], [], {}),
+    "sdpa_causal_scale": ("scaled_dot_product_attention", [(2, 4, 5), (2, 4, 5), (2, 4, 3)],
+                          [], {"is_causal": True, "scale": 0.3}),
+    "sdpa_mask": ("scaled_dot_product_attention", [(3, 4, 5), (3, 6, 5), (3, 6, 2)],
+                  [("bool_mask", (4, 6))], {}),
+}
+
+
+def _extra(lib, spec, rng):
+    kind, a = spec
+    if kind == "index":
+        return lib.tensor(a)
+    if kind == "pos":
+        return lib.tensor(rng.uniform(0.5, 2.0, a))
+    if kind == _U:
+        return lib.tensor(rng.uniform(0.05, 0.95, a))
+    if kind == "bool_mask":
+        m = rng.random(a) < 0.7
+        m[:, 0] = True
+        return lib.tensor(m)
+    return lib.tensor(rng.standard_normal(a))
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONAL))
+def test_functional_matches_torch(name):
+    fname, shapes, extras, kw = FUNCTIONAL[name]
+    got = {}
+    for lib in (torch, tg):
+        rng = np.random.default_rng(sorted(FUNCTIONAL).index(name))
+        xs = [lib.tensor(rng.standard_normal(s), requires_grad=True) for s in shapes]
+        more = [_extra(lib, e, rng) for e in extras]
+        if name == "embedding":      # the weight takes the gradient
+            more[1].requires_grad_(True)
+            xs = [more[1]]
+        fn = fname if callable(fname) else getattr(lib.nn.functional, fname)
+        out = fn(lib.nn.functional, *xs) if callable(fname) else \
+            fn(*(xs if name != "embedding" else []), *more, **kw)
+        w = np.cos(np.arange(out.numel())).reshape(tuple(out.shape))
+        (out * lib.tensor(w)).sum().backward()
+        got[lib] = (out, [x.grad for x in xs])
+    (to, tgrads), (go, ggrads) = got[torch], got[tg]
+    assert tuple(go.shape) == tuple(to.shape) and str(go.dtype) == str(to.dtype)[6:]
+    _close(go, to, rtol=1e-9, atol=1e-12)
+    # torch's celu and hardsigmoid backward use float constants (1/6, 1/alpha) in float64
+    tol = 1e-7 if name in ("celu", "hardsigmoid") else 1e-8
+    for a, b in zip(ggrads, tgrads):
+        _close(a, b, rtol=tol, atol=1e-11)
+    if name == "embedding":
+        return
+    # compiled: the gradients of the same weighted sum from torch.func.grad
+    rng = np.random.default_rng(sorted(FUNCTIONAL).index(name))
+    xs = [tg.tensor(rng.standard_normal(s)) for s in shapes]
+    more = [_extra(tg, e, rng) for e in extras]
+    w = tg.tensor(np.cos(np.arange(to.numel())).reshape(tuple(to.shape)))
+
+    def weighted(*xs):
+        out = fname(tg.nn.functional, *xs) if callable(fname) else \
+            getattr(tg.nn.functional, fname)(*xs, *more, **kw)
+        return (out * w).sum()
+
+    compiled = tg.func.grad(weighted, argnums=tuple(range(len(xs))))(*xs)
+    for a, b in zip(compiled, tgrads):
+        _close(a, b, rtol=tol, atol=1e-11)
+
+
+def test_functional_batch_norm_training_updates_the_given_statistics_as_torch():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((6, 3, 4))
+    stats = {}
+    for lib in (torch, tg):
+        rm, rv = lib.zeros(3), lib.ones(3)
+        xt = lib.tensor(x, requires_grad=True)
+        out = lib.nn.functional.batch_norm(xt, rm, rv, training=True, momentum=0.3)
+        (out ** 3).sum().backward()
+        stats[lib] = (out, xt.grad, rm, rv)
+    for a, b in zip(stats[tg], stats[torch]):
+        _close(a, b, rtol=1e-9, atol=1e-12)

@@ -467,7 +467,16 @@ def test_cuda_target_draws_numpys_numbers_on_the_host(cache_dir):
     lambda x: tg.randn(3), lambda x: tg.rand(3), lambda x: tg.randn_like(x),
     lambda x: tg.randint(0, 5, (3,)), lambda x: tg.randperm(3), lambda x: tg.normal(0., 1., (3,)),
 ], ids=["randn", "rand", "randn_like", "randint", "randperm", "normal"])
-def test_torch_style_draws_while_tracing_are_refused_not_frozen(draw, cache_dir):
-    with pytest.raises(TypeError, match="frozen into the compiled code"):
-        tg.compile(lambda x: x * draw(x))(np.ones(3))
+def test_torch_style_draws_while_tracing_are_fresh_not_frozen(draw, cache_dir):
+    # drawn on every call from the generator tg.manual_seed seeds, as
+    # torch.compile draws from torch's
+    f = tg.compile(lambda x: x * draw(x))
+    tg.manual_seed(4)
+    first, second = np.asarray(f(np.ones(3))), np.asarray(f(np.ones(3)))
+    tg.manual_seed(4)
+    np.testing.assert_array_equal(np.asarray(f(np.ones(3))), first)
+    tg.manual_seed(4)
+    np.testing.assert_array_equal(np.asarray(draw(tg.ones(3, dtype=tg.float64))), first)  # as eager
+    if draw(tg.ones(3)).numel() > 1 and first.dtype.kind == "f":
+        assert not np.array_equal(first, second)
     assert tg.randn(3).shape == (3,)     # outside a trace they draw as before

@@ -10,6 +10,7 @@ from tracegrad import func as F
 RNG = np.random.default_rng(16)
 
 
+
 def T(a):
     return tg.tensor(np.asarray(a, dtype=np.float64))
 
@@ -364,13 +365,27 @@ def _same(ours, theirs, tol=1e-10):
         for o, t in zip(ours, theirs):
             _same(o, t, tol)
     elif isinstance(theirs, dict):
-        assert isinstance(ours, dict) and set(ours) == set(theirs)
+        assert isinstance(ours, dict) and list(ours) == list(theirs)   # torch's order too
         for k in theirs:
             _same(ours[k], theirs[k], tol)
     else:
         assert isinstance(ours, tg.Tensor), type(ours)
         np.testing.assert_allclose(ours.numpy(), theirs.detach().numpy(), rtol=tol, atol=tol)
         assert ours.shape == tuple(theirs.shape)
+
+
+def test_dict_order_numpy_face_sorted_torch_face_kept():
+    """NumPy arrays: a dict's entries in sorted-key order (JAX's rule);
+    Tensors: in insertion order (torch.func's)."""
+    f = lambda p: np.sum(p["b"] * p["a"])
+    g = tg.grad(f)({"b": X, "a": Y})
+    assert list(g) == ["a", "b"] and isinstance(g["a"], np.ndarray)
+    close(g["a"], X)
+    g = F.grad(f)({"b": T(X), "a": T(Y)})
+    assert list(g) == ["b", "a"]
+    close(g["b"], Y)
+    g = tg.grad(f)({"b": T(X), "a": T(Y)})   # tg.grad of Tensors: the torch face
+    assert list(g) == ["b", "a"]
 
 
 def test_parity_with_torch_func():
@@ -413,6 +428,14 @@ def test_parity_with_torch_func():
             fn.jvp(lambda p: p["a"] * 2, (dict(zip("a", both(m, x))),),
                    (dict(zip("a", both(m, y))),)),
             fn.vmap(lambda p: p["a"].sum(), in_dims=({"a": 1},))(dict(zip("a", both(m, M)))))),
+        # a dict keeps its insertion order (torch's), in and out, nested too
+        ("dict order", lambda m, fn: (
+            fn.grad(lambda p: (p["b"] * p["a"]).sum())(dict(zip("ba", both(m, x, y)))),
+            fn.grad(lambda p: (p["z"]["y"] * p["a"]).sum())(
+                {"z": dict(zip("yx", both(m, x, y))), "a": both(m, t)[0]}),
+            fn.vmap(lambda p: {"z": p["b"] * 2, "a": p["a"].sum()},
+                    in_dims=({"b": 0, "a": 1},))(dict(zip("ba", both(m, M.T, M)))),
+            fn.jacrev(lambda a: {"s": a.sin(), "c": {"y": a, "x": a.cos()}})(*both(m, x)))),
         # torch.func.functional_call needs an nn.Module: torch calls the function itself
         ("functional_call", lambda m, fn: fn.grad(
             lambda p, xb: (fn.functional_call(model, p, (xb,)) if m is tg else model(p, xb)

@@ -13,6 +13,7 @@ from tracegrad.autograd import replay
 torch = pytest.importorskip("torch")
 
 
+
 def _rng(seed=0):
     return np.random.default_rng(seed)
 
@@ -496,7 +497,7 @@ def test_functional_call_matches_torch_on_a_module():
 def test_device_and_default_dtype_queries_match_torch():
     assert tg.cuda.is_available() == torch.cuda.is_available() or tg.cuda.is_available()
     assert callable(tg.accelerator.current_accelerator)
-    before = torch.get_default_dtype()
+    before, tg_before = torch.get_default_dtype(), tg.get_default_dtype()
     try:
         for name in ("float32", "float64"):
             torch.set_default_dtype(getattr(torch, name))
@@ -508,7 +509,7 @@ def test_device_and_default_dtype_queries_match_torch():
         assert tg.get_default_device().type == torch.get_default_device().type == "cpu"
     finally:
         torch.set_default_dtype(before)
-        tg.set_default_dtype(tg.float64)
+        tg.set_default_dtype(tg_before)
         torch.set_default_device(None)
         tg.set_default_device(None)
 

@@ -72,6 +72,8 @@ _LAZY = {
     "utils": None,  # torch.utils.data: Dataset, TensorDataset, DataLoader, random_split
     "Generator": "tracegrad.utils.generator",  # torch.Generator (seeded, for generator=)
     "fixed_point": "tracegrad.implicit",  # x* = f(x*, *params), implicit derivatives
+    "save": "tracegrad.serialization", "load": "tracegrad.serialization",  # torch.save/load
+    "serialization": None,
 }
 
 

@@ -42,10 +42,11 @@ from tracegrad.runtime import cache, pipeline
 from tracegrad.runtime.graph_call import ACCEPTED_KINDS, dtype_error, display_paths, leaf_array
 from tracegrad.ops.primitives import Aval
 from tracegrad.frontend import captured
+from tracegrad.nn.normalization import _BatchNorm
 from tracegrad.frontend.trace import TraceError, Tracer, trace_function, tree_flatten, tree_unflatten, leaf_paths
 
 __all__ = ["grad", "grad_and_value", "vjp", "jvp", "jacrev", "jacfwd", "hessian", "vmap",
-           "functional_call"]
+           "functional_call", "replace_all_batch_norm_modules_"]
 
 
 # --- one wrapper per (function, configuration) -------------------------------------------
@@ -265,7 +266,7 @@ def _dot_with(func, has_aux):
         if has_aux:
             out = _split_aux(out, "vjp")[0]
         outs, out_tree = tree_flatten(out)
-        cts, ct_tree = tree_flatten(cotangents)
+        cts, ct_tree = tree_flatten(cotangents, like=out_tree)
         if ct_tree != out_tree:
             raise ValueError(f"torch.func.vjp: vjp_fn expects cotangents with the structure of "
                              f"the function's output ({len(outs)} tensors), got "
@@ -318,7 +319,7 @@ def _jvp_impl(func, has_aux):
     the result (tracegrad.runtime.pipeline) and records it into the caller's trace."""
     def jvp_of(primals, tangents):
         p_leaves, p_tree = tree_flatten(tuple(primals))
-        t_leaves, _ = tree_flatten(tuple(tangents))
+        t_leaves, _ = tree_flatten(tuple(tangents), like=p_tree)
         tracer = next(x for x in p_leaves if type(x) is Tracer)
         outer = tracer._trace
         avals = [Aval(tuple(x.shape), x.dtype) for x in p_leaves]
@@ -362,7 +363,7 @@ def jvp(func, primals, tangents, *, strict=False, has_aux=False):
     if not primals:
         raise ValueError("torch.func.jvp: expected primals to be a non-empty tuple")
     p_leaves, p_tree = tree_flatten(primals)
-    t_leaves, t_tree = tree_flatten(tangents)
+    t_leaves, t_tree = tree_flatten(tangents, like=p_tree)
     if p_tree != t_tree:
         raise ValueError(f"torch.func.jvp: expected primals and tangents to have the same "
                          f"structure, got {len(p_leaves)} primal and {len(t_leaves)} tangent "
@@ -428,7 +429,7 @@ def _broadcast_dims(dims, tree, what, fname):
                 for dd, c in zip(d, children):
                     rec(dd, c)
                 return
-        if kind == "dict" and isinstance(d, dict) and sorted(d) == list(t[1]):
+        if kind == "dict" and isinstance(d, dict) and set(d) == set(t[1]) and len(d) == len(t[1]):
             for k, c in zip(t[1], t[2]):
                 rec(d[k], c)
             return
@@ -648,6 +649,21 @@ def _try_hash(v):
 
 
 # --- functional_call ------------------------------------------------------------------
+
+def replace_all_batch_norm_modules_(root):
+    """``torch.func.replace_all_batch_norm_modules_``: every BatchNorm module
+    in ``root`` (itself included) that tracks running statistics stops doing
+    so (running_mean, running_var and num_batches_tracked become None), so
+    it normalises with the batch's statistics and writes nothing, inside any
+    transform.  ``root``, changed in place, is returned."""
+    for m in root.modules():
+        if isinstance(m, _BatchNorm) and m.track_running_stats:
+            m.running_mean = None
+            m.running_var = None
+            m.num_batches_tracked = None
+            m.track_running_stats = False
+    return root
+
 
 def functional_call(module, parameter_and_buffer_dicts, args=None, kwargs=None, *,
                     tie_weights=True, strict=False):

@@ -168,7 +168,7 @@ def _gather(nodes, seed_shape, seed_dtype, seed, output_nr):
         if (tn is not PrimNode and tn not in PRIM_NODE_CLASSES) or n.freed:
             return None
         attrs = n.attrs
-        nfs = n.next_functions
+        nfs = n._edges   # one per operand (next_functions is torch's view)
         put(n.prim)
         put(tuple(attrs.items()) if attrs else ())
         put(n._nout)
@@ -400,7 +400,7 @@ def _build(nodes, arrays, key, seed_given, targets):
                 g = tuple(_const_tracer(T, np.zeros(*metas_out[k]))
                           if x is None and k < len(metas_out) and metas_out[k] is not None
                           else x for k, x in enumerate(gs))
-            nfs = n.next_functions
+            nfs = n._edges   # one per operand, as vjp_apply's needs
             needs = [m is not None and (reach is None or reach[index[m]]) for m, _ in nfs]
             if not any(needs):
                 continue  # leads to no input of autograd.grad: the interpreter skips it

@@ -11,7 +11,7 @@ from tracegrad.eager.device import _Defaults, _ndarray, _xp_for, device_type
 from tracegrad.eager.tensor import Tensor
 from tracegrad.ops import primitives
 from tracegrad.ops.base import resolve_dtype as _resolve_dtype
-from tracegrad.ops.random import is_tracing
+from tracegrad.ops.random import is_tracing, traced_generator
 
 def _default_float(arr, data):
     """A float64 (complex128) array made from Python numbers takes the
@@ -145,8 +145,10 @@ class _RNG:
 
 
 def manual_seed(seed):
-    """Seed the generator behind rand/randn/randint/randperm/normal."""
-    _RNG.gen = np.random.default_rng(seed)
+    """Seed the generator behind rand/randn/randint/randperm/normal and
+    dropout, in place: compiled code that draws from it holds this very
+    object, and draws the seeded stream too."""
+    _RNG.gen.bit_generator.state = np.random.default_rng(seed).bit_generator.state
     return _RNG.gen
 
 
@@ -168,9 +170,50 @@ def _not_while_tracing(name):
             f"sample as an argument.")
 
 
-def _random(draw, size, dtype, device, requires_grad, name):
-    _not_while_tracing(name)
+def numpy_generator(generator=None):
+    """The NumPy Generator to draw from: ``generator``'s own (a
+    tracegrad.Generator, or a NumPy Generator), or tracegrad's global one
+    (seeded by tg.manual_seed)."""
+    if generator is None:
+        return _RNG.gen
+    if isinstance(generator, np.random.Generator):
+        return generator
+    rng = getattr(generator, "_rng", None)
+    if isinstance(rng, np.random.Generator):
+        return rng
+    raise TypeError(f"generator must be a tracegrad.Generator, got {type(generator).__name__}")
+
+
+def traced_draw(generator, method, *args, **kwargs):
+    """While tracing: ``method`` of the generator recorded as a random_draw
+    node reading that generator (an implicit input of the compiled call:
+    torch.compile draws from torch's generator on every call too); a
+    torch-face value.  None where the trace lifts no generator."""
+    proxy = traced_generator(numpy_generator(generator),
+                             "torch's default generator" if generator is None
+                             else "the generator= argument")
+    if proxy is None:
+        return None
+    out = getattr(proxy, method)(*args, **kwargs)
+    out._face = "torch"
+    return out
+
+
+def _traced(sample, dt, requires_grad, name):
+    if sample is None:
+        _not_while_tracing(name)
+    if requires_grad:
+        raise TypeError(f"tg.{name}(..., requires_grad=True) inside a compiled function: a "
+                        f"leaf created there cannot be differentiated; draw it outside and "
+                        f"pass it as an argument")
+    return sample if sample.dtype == dt else sample.astype(dt)
+
+
+def _random(draw, size, dtype, device, requires_grad, name, generator=None, method=None):
     dt = _resolve_dtype(dtype) or _Defaults.dtype
+    if is_tracing():
+        return _traced(traced_draw(generator, method, _shape_args(size)), dt, requires_grad,
+                       name)
     arr = draw(_shape_args(size)).astype(dt, copy=False)
     if device is None:
         device = _Defaults.device
@@ -180,12 +223,13 @@ def _random(draw, size, dtype, device, requires_grad, name):
 
 
 def rand(*size, dtype=None, device=None, requires_grad=False, generator=None):
-    return _random(lambda s: _RNG.gen.random(s), size, dtype, device, requires_grad, "rand")
+    return _random(lambda s: numpy_generator(generator).random(s), size, dtype, device,
+                   requires_grad, "rand", generator, "random")
 
 
 def randn(*size, dtype=None, device=None, requires_grad=False, generator=None):
-    return _random(lambda s: _RNG.gen.standard_normal(s), size, dtype, device, requires_grad,
-                   "randn")
+    return _random(lambda s: numpy_generator(generator).standard_normal(s), size, dtype, device,
+                   requires_grad, "randn", generator, "standard_normal")
 
 
 def rand_like(t, dtype=None, device=None, requires_grad=False):
@@ -196,20 +240,30 @@ def randn_like(t, dtype=None, device=None, requires_grad=False):
     return randn(*t.shape, dtype=dtype or t.dtype, device=device, requires_grad=requires_grad)
 
 
-def randint(low, high=None, size=(), dtype=None, device=None, requires_grad=False):
-    _not_while_tracing("randint")
+def randint(low, high=None, size=(), dtype=None, device=None, requires_grad=False,
+            generator=None):
     if high is None:
         low, high = 0, low
-    arr = _RNG.gen.integers(low, high, size=tuple(size)).astype(_resolve_dtype(dtype) or np.int64)
+    dt = _resolve_dtype(dtype) or np.int64
+    if is_tracing():
+        return _traced(traced_draw(generator, "integers", low, high, size=tuple(size)), dt,
+                       requires_grad, "randint")
+    arr = numpy_generator(generator).integers(low, high, size=tuple(size)).astype(dt)
     return _make(arr, requires_grad)
 
 
-def randperm(n, dtype=None, device=None, requires_grad=False):
-    _not_while_tracing("randperm")
-    return _make(_RNG.gen.permutation(n).astype(_resolve_dtype(dtype) or np.int64), requires_grad)
+def randperm(n, dtype=None, device=None, requires_grad=False, generator=None):
+    dt = _resolve_dtype(dtype) or np.int64
+    if is_tracing():
+        return _traced(traced_draw(generator, "permutation", n), dt, requires_grad, "randperm")
+    return _make(numpy_generator(generator).permutation(n).astype(dt), requires_grad)
 
 
-def normal(mean=0.0, std=1.0, size=(), dtype=None, device=None, requires_grad=False):
-    _not_while_tracing("normal")
-    arr = _RNG.gen.normal(mean, std, size=tuple(size)).astype(_resolve_dtype(dtype) or _Defaults.dtype)
+def normal(mean=0.0, std=1.0, size=(), dtype=None, device=None, requires_grad=False,
+           generator=None):
+    dt = _resolve_dtype(dtype) or _Defaults.dtype
+    if is_tracing():
+        return _traced(traced_draw(generator, "normal", mean, std, size=tuple(size)), dt,
+                       requires_grad, "normal")
+    arr = numpy_generator(generator).normal(mean, std, size=tuple(size)).astype(dt)
     return _make(arr, requires_grad)

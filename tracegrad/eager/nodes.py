@@ -28,6 +28,29 @@ _READ_FOR_THE_OTHER = {"mul": (0, 1), "matmul": (0, 1), "div": (0,)}
 # no error (c[::2] *= 2 stores a view of c into c)
 _SHAPES_ONLY = {"setitem": (0, 1), "dynamic_update_slice": (0, 1)}
 
+# Operand positions where torch's node has no edge at all (not even
+# (None, 0)) when a Python number stands there, because torch's overload
+# takes a Scalar there: pow(Tensor, Scalar) and pow(Scalar, Tensor),
+# rsub(Tensor, Scalar) (``2 - b``), clamp(Tensor, Scalar?, Scalar?) (both
+# bounds numbers; a Tensor bound takes the Tensor overload, which keeps all
+# three), remainder/fmod(Tensor, Scalar).  A number in a Tensor position
+# (``b * 2``, ``b - 2``: a wrapped number) keeps its (None, 0).  where's
+# condition, a bool tensor, never has an edge.
+_SCALAR_SLOTS = {"pow": (0, 1), "sub": (0,), "clip": (1, 2), "remainder": (1,), "fmod": (1,),
+                 "where": (0,)}
+
+
+def _torch_slots(name, args):
+    """The operand positions that keep an edge in torch's next_functions,
+    or None when all do."""
+    drop = _SCALAR_SLOTS[name]
+    if name == "where":
+        return tuple(range(1, len(args)))
+    if name == "clip" and any(isinstance(args[i], Tensor) for i in drop):
+        return None
+    keep = tuple(i for i in range(len(args)) if i not in drop or isinstance(args[i], Tensor))
+    return keep if len(keep) < len(args) else None
+
 
 # id(version box) -> [the box, [(weak reference to a node, what it saved:
 # an input's position or "out")]]: NumPy-face values nodes saved at their
@@ -103,11 +126,19 @@ class PrimNode(Node):
     ``save_out``), with the version of each saved tensor, so a later
     in-place change is caught when backward reads it."""
     __slots__ = ("prim", "attrs", "saved", "out_saved", "out_vbox", "out_ver", "in_meta",
-                 "freed", "_nout")
+                 "freed", "_nout", "_edges", "_keep")
 
     def __init__(self, prim, attrs, args, out_data, next_functions, out_vbox=None):
-        # Node.__init__, inlined: this runs once per recorded op
-        self.next_functions = next_functions
+        # Node.__init__, inlined: this runs once per recorded op.
+        # _edges: one per operand (what the rules index); next_functions:
+        # torch's, without the slots of numbers in Scalar positions (_keep:
+        # the operand positions it keeps, None for all)
+        self.next_functions = self._edges = next_functions
+        self._keep = None
+        if prim.name in _SCALAR_SLOTS:
+            keep = self._keep = _torch_slots(prim.name, args)
+            if keep is not None:
+                self.next_functions = tuple(next_functions[i] for i in keep)
         self.seq = next(_seq)
         self._pre_hooks = self._post_hooks = self._tensor_pre_hooks = None
         self._metadata = None
@@ -323,7 +354,13 @@ class PrimNode(Node):
                     metas = inputs
         rule = prim.vjp
         attrs = self.attrs
-        nfs = self.next_functions
+        nfs = self._edges
+        keep = self._keep
+        if keep is not None and needs is not None:   # needs: per torch slot; here per operand
+            full = [False] * len(nfs)
+            for j, i in enumerate(keep):
+                full[i] = needs[j]
+            needs = full
         raw_before = _mode.raw
         _mode.raw = not create_graph
         try:
@@ -353,7 +390,7 @@ class PrimNode(Node):
                     cts[i] = Tensor(ct if type(ct) is _ndarray else _asarray_like(ct))
         finally:
             _mode.raw = raw_before
-        return cts
+        return cts if keep is None else [cts[i] for i in keep]
 
     def _in_modified(self, a, v):
         raise RuntimeError(
@@ -410,7 +447,7 @@ def _matmul_node(node, m):
 def _pow_node(node, m):
     if m is None:   # freed before anyone looked
         return ("PowBackward1", {"self": ("in", 0), "exponent": ("in", 1), "result": ("out",)}) \
-            if node.next_functions[1][0] is not None else \
+            if node._edges[1][0] is not None else \
             ("PowBackward0", {"self": ("in", 0), "exponent": ("num", 1)})
     if not _is_tensor_meta(m[0]):   # 2 ** b: torch's pow(Scalar self, Tensor exponent)
         return "PowBackward2", {"self": ("num", 0), "exponent": ("in", 1), "result": ("out",)}
@@ -463,10 +500,15 @@ def _getitem_node(node, m):
 
 _TORCH_NODES = {
     "add": lambda n, m: ("AddBackward0", {"alpha": ("const", 1)}),
-    "sub": lambda n, m: ("SubBackward0", {"alpha": ("const", 1)}),
+    "sub": lambda n, m: ("RsubBackward1", {"alpha": ("const", 1)}) if n._keep is not None
+    else ("SubBackward0", {"alpha": ("const", 1)}),
+    "clip": lambda n, m: ("ClampBackward1", {"self": ("in", 0)}) if n._keep is not None
+    else ("ClampBackward0", {"self": ("in", 0)}),
     "mul": lambda n, m: ("MulBackward0", {"other": ("in_if", 1, 0), "self": ("in_if", 0, 1)}),
     "div": lambda n, m: ("DivBackward0", {"other": ("in", 1), "self": ("in_if", 0, 1)}),
     "neg": lambda n, m: ("NegBackward0", {}),
+    "arctan2": lambda n, m: ("Atan2Backward0", {"self": ("in", 0), "other": ("in", 1)}),
+    "concatenate": lambda n, m: ("CatBackward0", {"dim": ("const", n.attrs["axis"])}),
     "exp": lambda n, m: ("ExpBackward0", {"result": ("out",)}),
     "tanh": lambda n, m: ("TanhBackward0", {"result": ("out",)}),
     "sigmoid": lambda n, m: ("SigmoidBackward0", {"result": ("out",)}),
@@ -591,7 +633,7 @@ def _saved_value(node, spec):
             strides.append(acc)
             acc *= max(d, 1)
         return tuple(reversed(strides))
-    if kind == "in_if" and node.next_functions[spec[2]][0] is None:
+    if kind == "in_if" and node._edges[spec[2]][0] is None:
         return None
     if node.freed:
         raise RuntimeError(FREED_MSG)
@@ -642,7 +684,7 @@ class SavedTensor:
             node.out_vbox = None
             return
         i = spec[1]
-        if spec[0] == "in_if" and node.next_functions[spec[2]][0] is None or node.saved is None:
+        if spec[0] == "in_if" and node._edges[spec[2]][0] is None or node.saved is None:
             raise RuntimeError("Calling register_hooks on a saved tensor with value None is "
                                "forbidden")
         a, v = node.saved[i]

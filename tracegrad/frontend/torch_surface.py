@@ -28,7 +28,7 @@ FACE = "torch"
 __all__ = ["quantile", "nanquantile", "var_mean", "std_mean", "cov", "corrcoef", "cdist", "dist",
            "lerp", "addcdiv", "addcmul", "take_along_dim", "trapezoid", "trapz", "meshgrid",
            "msort", "diag_embed", "cholesky_solve", "pinverse", "index_add", "index_put",
-           "scatter", "scatter_add", "scatter_reduce", "masked_select", "clamp_min", "clamp_max",
+           "scatter", "scatter_add", "scatter_reduce", "masked_select", "clamp_min", "clamp_max", "rsub",
            "logcumsumexp", "mode", "unbind", "unflatten", "argsort", "svd", "diagonal",
            "cumsum", "cumprod", "logsumexp", "flip", "roll", "tile", "diff", "searchsorted",
            "count_nonzero", "round", "cholesky", "diag", "trace",
@@ -321,11 +321,21 @@ def addcmul(input, tensor1, tensor2, *, value=1, out=None):
 
 
 def clamp_min(input, min):
-    return ops.clip(input, min, None)
+    out = ops.clip(input, min, None)
+    # a number bound: torch's clamp_min(Tensor, Scalar), one edge
+    return out if isinstance(min, Tensor) else _define.name_grad_fn(out, "ClampMinBackward0",
+                                                            (("self", ("in", 0)),))
 
 
 def clamp_max(input, max):
-    return ops.clip(input, None, max)
+    out = ops.clip(input, None, max)
+    return out if isinstance(max, Tensor) else _define.name_grad_fn(out, "ClampMaxBackward0",
+                                                            (("self", ("in", 0)),))
+
+
+def rsub(input, other, *, alpha=1):
+    """torch.rsub: other - alpha * input (``2 - b`` is rsub(b, 2))."""
+    return other - (input if alpha == 1 else input * alpha)
 
 
 for _n, _f in (("lerp", lerp), ("addcdiv", addcdiv), ("addcmul", addcmul),

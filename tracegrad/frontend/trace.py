@@ -810,6 +810,18 @@ class Trace:
         t._array = True
         return t
 
+    def lift_generator(self, gen, desc):
+        """A proxy whose draws record ``random_draw`` nodes reading ``gen``
+        (torch's default generator, or one passed as ``generator=``), an
+        implicit input of the trace that lifts captured state, passed by
+        reference on every call; None where no trace lifts it."""
+        root = self if self.scope is not None else (_captured.active_root() if self.is_body
+                                                    else None)
+        if root is None or root.scope is None:
+            return None
+        root.scope.add(gen, desc)
+        return _captured.proxy_for(root.lift(gen, desc), gen)
+
     def is_lifted(self, tracer):
         """Is this tracer object an implicit input handed to the function?"""
         return any(t is tracer for t in self._lifted.values())
@@ -1109,26 +1121,56 @@ _install_function_tracing()
 
 # --- pytrees: tuples, lists, dicts and None around array leaves ------------------------
 
-def tree_flatten(x):
-    """(leaves, treedef); treedef is hashable and rebuilds the structure."""
+def _speaks_torch(v):
+    """Does a container hold a Tensor (or a torch-face traced value)?"""
+    if isinstance(v, dict):
+        return any(_speaks_torch(e) for e in v.values())
+    if isinstance(v, (tuple, list)):
+        return any(_speaks_torch(e) for e in v)
+    return getattr(v, "_face", None) == "torch"
+
+
+def tree_flatten(x, keep_order=False, like=None):
+    """(leaves, treedef); treedef is hashable and rebuilds the structure.
+    A dict's entries go in the order of its sorted keys (JAX's rule, the
+    NumPy face's), except a dict that holds Tensors, which keeps its
+    insertion order (torch.func's results keep it, as torch's do), and any
+    dict with ``keep_order`` (a result rebuilt as it is).  ``like``: the
+    treedef of the values ``x`` goes with (the primals of tangents, the
+    outputs of cotangents), whose dicts' orders ``x``'s dicts of the same
+    keys follow, so the leaves pair up."""
     leaves = []
 
-    def rec(v):
+    def rec(v, d):
         if isinstance(v, tuple) and not hasattr(v, "_fields"):
-            return ("tuple", tuple(rec(e) for e in v))
+            return ("tuple", tuple(rec(e, _child(d, "tuple", i)) for i, e in enumerate(v)))
         if isinstance(v, tuple):  # namedtuple
-            return ("namedtuple", type(v), tuple(rec(e) for e in v))
+            return ("namedtuple", type(v),
+                    tuple(rec(e, _child(d, "namedtuple", i)) for i, e in enumerate(v)))
         if isinstance(v, list):
-            return ("list", tuple(rec(e) for e in v))
+            return ("list", tuple(rec(e, _child(d, "list", i)) for i, e in enumerate(v)))
         if isinstance(v, dict):
-            keys = sorted(v)
-            return ("dict", tuple(keys), tuple(rec(v[k]) for k in keys))
+            if d is not None and d[0] == "dict" and len(d[1]) == len(v) and set(d[1]) == set(v):
+                keys = list(d[1])
+                return ("dict", tuple(keys), tuple(rec(v[k], e) for k, e in zip(keys, d[2])))
+            keys = list(v)
+            if not keep_order and not _speaks_torch(v):
+                keys.sort()
+            return ("dict", tuple(keys), tuple(rec(v[k], None) for k in keys))
         if v is None:
             return ("none",)
         leaves.append(v)
         return ("leaf",)
 
-    return leaves, rec(x)
+    return leaves, rec(x, like)
+
+
+def _child(d, kind, i):
+    """The i-th child of treedef ``d`` when it is a ``kind`` node, else None."""
+    if d is None or d[0] != kind:
+        return None
+    children = d[2] if kind == "namedtuple" else d[1]
+    return children[i] if i < len(children) else None
 
 
 def tree_unflatten(treedef, leaves):

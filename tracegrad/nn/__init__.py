@@ -12,11 +12,12 @@ A public face, on top of the layers: it may import any of them.
 """
 from tracegrad.nn import functional
 from tracegrad.nn.parameter import Parameter, Buffer
-from tracegrad.nn.module import Module
+from tracegrad.nn.module import Module, OptimizedModule
 from tracegrad.nn.container import (Sequential, ModuleList, ModuleDict, ParameterList,
                                     ParameterDict)
-from tracegrad.nn.linear import (Identity, Linear, Bilinear, Flatten, Unflatten, Dropout,
-                                 Dropout1d, Dropout2d, AlphaDropout, CosineSimilarity)
+from tracegrad.nn.linear import (Identity, Linear, Bilinear, Flatten, Unflatten, Unfold,
+                                 Upsample, Dropout, Dropout1d, Dropout2d, AlphaDropout,
+                                 CosineSimilarity)
 from tracegrad.nn.padding import (ConstantPad1d, ConstantPad2d, ZeroPad1d, ZeroPad2d,
                                   ReflectionPad1d, ReflectionPad2d, ReplicationPad1d,
                                   ReplicationPad2d, CircularPad1d, CircularPad2d)
@@ -34,12 +35,14 @@ from tracegrad.nn.normalization import (BatchNorm1d, BatchNorm2d, BatchNorm3d, L
 from tracegrad.nn.rnn import RNNCell, LSTMCell, GRUCell, RNN, LSTM, GRU
 from tracegrad.nn.transformer import (MultiheadAttention, TransformerEncoderLayer,
                                      TransformerEncoder)
-from tracegrad.nn import init, utils
+from tracegrad.nn import init, utils, grad
 
 __all__ = [
-    "functional", "init", "utils", "Parameter", "Buffer", "Module", "Sequential", "ModuleList",
+    "functional", "init", "utils", "grad", "Parameter", "Buffer", "Module", "OptimizedModule",
+    "Sequential", "ModuleList",
     "ModuleDict", "ParameterList", "ParameterDict", "Identity", "Linear", "Bilinear",
-    "Flatten", "Unflatten", "Dropout", "Dropout1d", "Dropout2d", "AlphaDropout",
+    "Flatten", "Unflatten", "Unfold", "Upsample", "Dropout", "Dropout1d", "Dropout2d",
+    "AlphaDropout",
     "CosineSimilarity", "ConstantPad1d", "ConstantPad2d", "ZeroPad1d", "ZeroPad2d",
     "ReflectionPad1d", "ReflectionPad2d", "ReplicationPad1d", "ReplicationPad2d",
     "CircularPad1d", "CircularPad2d", "ReLU",

@@ -28,12 +28,16 @@ Differences from torch that remain are listed in docs (coming from PyTorch):
 ``inplace=True`` is refused, ``dropout`` inside a compiled function draws
 from NumPy's global random state, ``batch_norm`` in training mode (which
 updates the running statistics in place) is refused inside a compiled
-function, ``max_pool*(return_indices=True)`` and ``embedding(max_norm=)``
-are not supported, and a few error types.
+function other than a compiled module's call (``tg.compile(model)`` returns
+the new statistics from the compiled call and writes them into the buffers,
+as torch.compile does), ``max_pool*(return_indices=True)`` and
+``embedding(max_norm=)`` are not supported, and a few error types.
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 import warnings
 
 import numpy as np
@@ -52,7 +56,7 @@ from tracegrad.ops.numpy_functions import pad as _np_pad
 from tracegrad.ops import nn as _nn
 from tracegrad.ops.random import is_tracing
 from tracegrad.eager.tensor import Tensor
-from tracegrad.eager.factories import _RNG
+from tracegrad.eager.factories import _RNG, traced_draw
 
 __all__ = [
     "binary_cross_entropy_with_logits", "binary_cross_entropy", "cross_entropy", "nll_loss",
@@ -64,7 +68,8 @@ __all__ = [
     "dropout1d", "dropout2d", "alpha_dropout", "bilinear", "conv1d", "conv2d", "conv3d",
     "conv_transpose1d", "conv_transpose2d", "max_pool1d", "max_pool2d", "avg_pool1d",
     "avg_pool2d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "batch_norm", "layer_norm",
-    "group_norm", "instance_norm", "embedding", "scaled_dot_product_attention",
+    "group_norm", "instance_norm", "embedding", "scaled_dot_product_attention", "unfold",
+    "interpolate",
 ]
 
 
@@ -129,6 +134,16 @@ def _lifted(v):
             if t is not None:
                 return t
     return v
+
+
+def _current(buf):
+    """A running statistic read in eval mode: inside a compiled module's call,
+    its value as updated earlier in the call, else as ``_lifted``."""
+    if _RUNNING.writes and isinstance(buf, Tensor):
+        hit = _RUNNING.writes[-1].get(id(buf))
+        if hit is not None:
+            return hit[1]
+    return _lifted(buf)
 
 
 def _cast_like(v, like):
@@ -569,11 +584,10 @@ def linear(input, weight, bias=None):
 def dropout(input, p=0.5, training=True, inplace=False):
     """Zero each element with probability p and scale the rest by 1/(1-p).
 
-    Eagerly the mask is drawn from tracegrad's generator (the one behind
-    tg.rand, seeded by tg.manual_seed); inside a compiled function it is a
-    random-draw node drawn afresh on every call from NumPy's global state
-    (np.random.seed reproduces it), never frozen at trace time.  p=0 or
-    training=False is the identity."""
+    The mask is drawn from tracegrad's generator (the one behind tg.rand,
+    seeded by tg.manual_seed), eagerly and inside compiled code alike (there
+    a random-draw node reading that generator, drawn afresh on every call,
+    never frozen at trace time).  p=0 or training=False is the identity."""
     _no_inplace("dropout", inplace)
     if not 0.0 <= p <= 1.0:
         raise ArgumentError(f"dropout probability has to be between 0 and 1, but got {p}")
@@ -585,7 +599,7 @@ def dropout(input, p=0.5, training=True, inplace=False):
     shape = _shape(input)
     scale = 1.0 / (1.0 - p)
     if is_tracing():
-        u = np.random.random(shape)  # recorded as a fresh draw (tracegrad.ops.random)
+        u = _traced_uniform(shape)
         return mul(input, astype(where(less(u, 1.0 - p), scale, 0.0), dt))
     keep = _RNG.gen.random(shape) < 1.0 - p
     mask = np.where(keep, scale, 0.0).astype(dt)
@@ -876,13 +890,21 @@ def _flatten(input, start_dim=0, end_dim=-1):
     return reshape(input, s[:a] + (int(np.prod(s[a:b + 1], dtype=np.int64)),) + s[b + 1:])
 
 
+def _traced_uniform(shape):
+    """Inside a compiled function: uniform [0, 1) samples drawn on every call
+    from tracegrad's generator (seeded by tg.manual_seed, as torch.compile's
+    dropout draws from torch's), or, in a transform that lifts no captured
+    state, from NumPy's global state (np.random.seed reproduces it)."""
+    u = traced_draw(None, "random", tuple(shape))
+    return u if u is not None else np.random.random(shape)   # recorded as a fresh draw
+
+
 def _keep_mask(shape, p, input):
     """1.0 where an element is kept (probability 1 - p), else 0.0, in the
-    input's dtype: from tracegrad's generator eagerly, a fresh draw of NumPy's
-    global state inside a compiled function (as dropout)."""
+    input's dtype: from tracegrad's generator (as dropout)."""
     dt = _dtype(input)
     if is_tracing():
-        u = np.random.random(shape)
+        u = _traced_uniform(shape)
         return astype(less(u, 1.0 - p), dt)
     mask = (_RNG.gen.random(shape) < 1.0 - p).astype(dt)
     if isinstance(input, Tensor) and not isinstance(input._data, np.ndarray):
@@ -984,19 +1006,19 @@ def _out_len(L, k, s, d, lo, hi):
 
 def _patches(x, ks, stride, dilation, outs):
     """(N, C, *spatial) already padded -> (N, C, K, *outs), K = prod(ks): the
-    window of each kernel offset, one strided slice each."""
-    import itertools
-    from tracegrad.ops.shape import stack
+    window of each kernel offset, gathered by one integer-array index (one
+    op and one scatter-add backward, however large the kernel)."""
     nd = len(ks)
-    views = []
-    for off in itertools.product(*(range(k) for k in ks)):
-        idx = (slice(None), slice(None)) + tuple(
-            slice(off[i] * dilation[i], off[i] * dilation[i] + stride[i] * (outs[i] - 1) + 1,
-                  stride[i]) for i in range(nd))
-        views.append(getitem(x, idx))
-    if len(views) == 1:
-        return expand_dims(views[0], 2)
-    return stack(views, axis=2)
+    K = int(np.prod(ks, dtype=np.int64))
+    offsets = [g.reshape(K) for g in np.meshgrid(*(np.arange(k) for k in ks), indexing="ij")]
+    idx = []
+    for i in range(nd):
+        along = [1] * nd
+        along[i] = outs[i]
+        pos = offsets[i].reshape((K,) + (1,) * nd) * dilation[i] + \
+            (np.arange(outs[i]) * stride[i]).reshape([1] + along)
+        idx.append(np.ascontiguousarray(np.broadcast_to(pos, (K,) + tuple(outs))))
+    return getitem(x, (slice(None), slice(None)) + tuple(idx))
 
 
 def _pad_spatial(x, widths, value=0.0):
@@ -1280,6 +1302,101 @@ def adaptive_avg_pool2d(input, output_size):
     return _adaptive_avg_poolnd(input, output_size, 2, "adaptive_avg_pool2d")
 
 
+def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
+    """im2col: (N, C, H, W) -> (N, C * kH * kW, L), one column per position of
+    the (dilated) kernel over the zero-padded input, as the convolutions use."""
+    s = _shape(input)
+    if len(s) not in (3, 4):
+        raise ArgumentError(f"Input Error: Only 3D or 4D input Tensors are supported (got "
+                            f"{len(s)}D)")
+    x = expand_dims(input, 0) if len(s) == 3 else input
+    ks = _tuple(kernel_size, 2, "kernel_size")
+    dilation = _tuple(dilation, 2, "dilation")
+    stride = _tuple(stride, 2, "stride")
+    x = _pad_spatial(x, [(p, p) for p in _tuple(padding, 2, "padding")])
+    sp = _shape(x)[2:]
+    outs = tuple(_out_len(sp[i], ks[i], stride[i], dilation[i], 0, 0) for i in range(2))
+    if any(o <= 0 for o in outs):
+        raise ArgumentError(f"unfold: the kernel (dilated: "
+                            f"{[d * (k - 1) + 1 for k, d in zip(ks, dilation)]}) is larger than "
+                            f"the padded input {list(sp)}")
+    N, C = _shape(x)[:2]
+    cols = reshape(_patches(x, ks, stride, dilation, outs),
+                   (N, C * ks[0] * ks[1], outs[0] * outs[1]))
+    return getitem(cols, 0) if len(s) == 3 else cols
+
+
+_INTERPOLATE_DIMS = {"linear": 1, "bilinear": 2, "trilinear": 3}
+
+
+def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                recompute_scale_factor=None, antialias=False):
+    """Resize the spatial dims (2, 3, ...) of ``input`` to ``size`` or by
+    ``scale_factor``: ``nearest`` / ``nearest-exact`` pick a source element,
+    ``linear`` / ``bilinear`` / ``trilinear`` mix the two neighbours along
+    each dim (torch's source coordinates, ``align_corners`` included),
+    ``area`` is adaptive average pooling.  A gather and a weighted sum per
+    dim, so gradients come from those rows."""
+    s = _shape(input)
+    nd = len(s) - 2
+    if nd < 1:
+        raise ArgumentError(f"interpolate: expected a batched input with spatial dims (N, C, "
+                            f"...), got input of size {list(s)}")
+    if mode in ("bicubic",) or antialias:
+        raise NotImplementedError(f"F.interpolate(mode={mode!r}, antialias={antialias}) is not "
+                                  f"supported by tracegrad; use mode='bilinear' or 'nearest'")
+    want = _INTERPOLATE_DIMS.get(mode)
+    if want is not None and want != nd:
+        raise NotImplementedError(f"Got {len(s)}D input, but {mode} mode needs {want + 2}D "
+                                  f"input")
+    if mode not in ("nearest", "nearest-exact", "area") and want is None:
+        raise ArgumentError(f"interpolate: unknown mode {mode!r}; expected 'nearest', "
+                            f"'nearest-exact', 'linear', 'bilinear', 'trilinear' or 'area'")
+    if align_corners is not None and want is None:
+        raise ArgumentError("align_corners option can only be set with the interpolating modes: "
+                            "linear | bilinear | bicubic | trilinear")
+    if (size is None) == (scale_factor is None):
+        raise ArgumentError("only one of size or scale_factor should be defined")
+    sp = s[2:]
+    if size is not None:
+        outs = _tuple(size, nd, "size")
+        scales = [None] * nd
+    else:
+        sf = tuple(scale_factor) if isinstance(scale_factor, (tuple, list)) else \
+            (scale_factor,) * nd
+        if len(sf) != nd:
+            raise ArgumentError(f"scale_factor shape must match input shape. Input is {nd}D, "
+                                f"scale_factor size is {len(sf)}")
+        outs = tuple(int(math.floor(float(sp[i]) * float(sf[i]))) for i in range(nd))
+        scales = [None if recompute_scale_factor else float(f) for f in sf]
+    if mode == "area":
+        return _adaptive_avg_poolnd(input, outs, nd, "interpolate")
+    x = input
+    dt = _dtype(x) if _dtype(x).kind == "f" else np.dtype(np.float32)
+    for i in range(nd):
+        n_in, n_out, ax = sp[i], outs[i], 2 + i
+        # torch's scale: in/out, or 1/scale_factor when that was given
+        scale = n_in / n_out if scales[i] is None else 1.0 / scales[i]
+        dst = np.arange(n_out, dtype=np.float64)
+        if want is None:       # nearest, nearest-exact
+            src = np.floor((dst + 0.5) * scale) if mode == "nearest-exact" else \
+                np.floor(dst * np.float32(scale))
+            idx = np.minimum(src.astype(np.int64), n_in - 1)
+            x = getitem(x, (slice(None),) * ax + (idx,))
+            continue
+        if align_corners:
+            src = dst * ((n_in - 1) / (n_out - 1)) if n_out > 1 else np.zeros(n_out)
+        else:
+            src = np.maximum((dst + 0.5) * scale - 0.5, 0.0)
+        i0 = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
+        i1 = np.minimum(i0 + 1, n_in - 1)
+        lam = (src - i0).astype(dt).reshape((n_out,) + (1,) * (nd - 1 - i))
+        a = getitem(x, (slice(None),) * ax + (i0,))
+        b = getitem(x, (slice(None),) * ax + (i1,))
+        x = add(mul(a, _value(1 - lam, x)), mul(b, _value(lam, x)))
+    return x
+
+
 # --- normalisation -------------------------------------------------------------------------
 
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
@@ -1310,8 +1427,9 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     else:
         if running_mean is None or running_var is None:
             raise ArgumentError("batch_norm in eval mode needs running_mean and running_var")
-        out = div(sub(input, reshape(_value(_lifted(running_mean), input), bshape)),
-                  sqrt(add(reshape(_value(_lifted(running_var), input), bshape), eps)))
+        mean, var = (_current(running_mean), _current(running_var))
+        out = div(sub(input, reshape(_value(mean, input), bshape)),
+                  sqrt(add(reshape(_value(var, input), bshape), eps)))
     if weight is not None:
         out = mul(out, reshape(_value(weight, input), bshape))
     if bias is not None:
@@ -1320,20 +1438,78 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
 
 
 def _update_running(buf, stat, momentum):
-    """buf = (1 - momentum) buf + momentum stat, in place, off the tape."""
+    """buf = (1 - momentum) buf + momentum stat, in place, off the tape; inside
+    a compiled module's call (``tg.compile(module)``) the new value is an
+    output of the compiled call, written into ``buf`` after it."""
     if buf is None:
         return
-    if not isinstance(buf, Tensor):
+    if not isinstance(buf, Tensor) and not is_tracing():
         raise ArgumentError("batch_norm: running statistics must be Tensors (updated in place)")
     if is_tracing():
-        raise NotImplementedError(
-            "batch_norm in training mode inside a compiled function would update "
-            "running_mean/running_var in place, which the compiled code cannot do yet: "
-            "call the model in eval mode (model.eval()) inside tg.compile/tg.grad, or "
-            "pass running_mean=None, running_var=None")
+        keep = 1.0 - momentum if isinstance(momentum, (int, float)) else sub(1.0, momentum)
+        new = add(mul(_running_value(buf, "batch_norm"), keep), mul(stat, momentum))
+        _RUNNING.writes[-1][id(buf)] = (buf, astype(stop_gradient(new), buf.dtype))
+        return
     val = stat._data if isinstance(stat, Tensor) else np.asarray(stat)
     buf._data[...] = (1.0 - momentum) * buf._data + momentum * val.astype(buf.dtype)
     buf._vbox[0] += 1
+
+
+def _count_batch(counter):
+    """``num_batches_tracked += 1``: in place (the new count as a Python int),
+    or inside a compiled module's call an output written back after it (the
+    new count traced)."""
+    if is_tracing():
+        new = add(_running_value(counter, "BatchNorm's num_batches_tracked"), 1)
+        _RUNNING.writes[-1][id(counter)] = (counter, astype(new, counter.dtype))
+        return new
+    counter._data[...] += 1
+    counter._vbox[0] += 1
+    return int(counter._data)
+
+
+class _RunningWrites(threading.local):
+    def __init__(self):
+        # one dict per compiled module call being traced: id -> (buffer, new value)
+        self.writes = []
+
+
+_RUNNING = _RunningWrites()
+
+
+@contextlib.contextmanager
+def _buffer_writes():
+    """While a compiled module's call is traced: collect the new values of
+    the buffers its layers update in place (batch_norm's running statistics,
+    num_batches_tracked), as ``{id: (buffer, traced new value)}``, for the
+    compiled call to return and its wrapper to write (as torch.compile)."""
+    _RUNNING.writes.append({})
+    try:
+        yield _RUNNING.writes[-1]
+    finally:
+        _RUNNING.writes.pop()
+
+
+def _running_value(buf, what):
+    """A buffer read inside a compiled call: its value as updated earlier in
+    this call, else the implicit input that reads it at call time.  Outside a
+    compiled module's call an update cannot be written back: refused."""
+    if not isinstance(buf, Tensor):   # an argument of the function traced (functional_call)
+        raise NotImplementedError(
+            f"{what} in training mode updates running statistics in place, and here they are "
+            f"arguments of a function being transformed, which compiled code does not write "
+            f"into: call torch.func.replace_all_batch_norm_modules_(model) to normalise with "
+            f"the batch's statistics only, use eval mode (model.eval()), or compile the module "
+            f"itself (tg.compile(model), whose call writes its buffers, as torch.compile)")
+    if not _RUNNING.writes:
+        raise NotImplementedError(
+            f"{what} in training mode inside a compiled function updates running statistics "
+            f"in place, which a compiled function can only do as a compiled module: compile "
+            f"the module itself (tg.compile(model), as torch.compile(model); its call writes "
+            f"the new statistics into the buffers), call the model in eval mode "
+            f"(model.eval()), or pass running_mean=None, running_var=None")
+    hit = _RUNNING.writes[-1].get(id(buf))
+    return hit[1] if hit is not None else _lifted(buf)
 
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):

@@ -11,7 +11,7 @@ import warnings
 import numpy as np
 
 from tracegrad.eager.tensor import Tensor
-from tracegrad.utils.generator import numpy_generator
+from tracegrad.eager.factories import numpy_generator
 
 __all__ = ["calculate_gain", "uniform_", "normal_", "trunc_normal_", "constant_", "ones_",
            "zeros_", "eye_", "dirac_", "xavier_uniform_", "xavier_normal_", "kaiming_uniform_",

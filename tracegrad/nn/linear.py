@@ -11,8 +11,8 @@ from tracegrad.nn.module import Module
 from tracegrad.nn.parameter import Parameter
 from tracegrad.ops.base import reshape
 
-__all__ = ["Identity", "Linear", "Bilinear", "Flatten", "Unflatten", "Dropout", "Dropout1d",
-           "Dropout2d", "AlphaDropout", "CosineSimilarity"]
+__all__ = ["Identity", "Linear", "Bilinear", "Flatten", "Unflatten", "Unfold", "Upsample",
+           "Dropout", "Dropout1d", "Dropout2d", "AlphaDropout", "CosineSimilarity"]
 
 
 class Identity(Module):
@@ -99,6 +99,50 @@ class Flatten(Module):
 
     def extra_repr(self):
         return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
+
+
+class Unfold(Module):
+    """Sliding local blocks of a batched input as columns (F.unfold, im2col)."""
+
+    def __init__(self, kernel_size, dilation=1, padding=0, stride=1):
+        super().__init__()
+        self.kernel_size = kernel_size
+        self.dilation = dilation
+        self.padding = padding
+        self.stride = stride
+
+    def forward(self, input):
+        return F.unfold(input, self.kernel_size, self.dilation, self.padding, self.stride)
+
+    def extra_repr(self):
+        return (f"kernel_size={self.kernel_size}, dilation={self.dilation}, "
+                f"padding={self.padding}, stride={self.stride}")
+
+
+class Upsample(Module):
+    """Resizes the spatial dims (F.interpolate) to ``size`` or by ``scale_factor``."""
+
+    def __init__(self, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                 recompute_scale_factor=None):
+        super().__init__()
+        self.name = type(self).__name__
+        self.size = size
+        if isinstance(scale_factor, tuple):
+            self.scale_factor = tuple(float(f) for f in scale_factor)
+        else:
+            self.scale_factor = float(scale_factor) if scale_factor else None
+        self.mode = mode
+        self.align_corners = align_corners
+        self.recompute_scale_factor = recompute_scale_factor
+
+    def forward(self, input):
+        return F.interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners,
+                             recompute_scale_factor=self.recompute_scale_factor)
+
+    def extra_repr(self):
+        info = (f"scale_factor={self.scale_factor!r}" if self.scale_factor is not None
+                else f"size={self.size!r}")
+        return info + f", mode={self.mode!r}"
 
 
 class Unflatten(Module):

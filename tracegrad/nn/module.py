@@ -14,11 +14,15 @@ from collections import OrderedDict, namedtuple
 
 import numpy as np
 
+from tracegrad import api
 from tracegrad.eager.tensor import Tensor
 from tracegrad.eager.grad_mode import no_grad
+from tracegrad.nn import functional as F
 from tracegrad.nn.parameter import Parameter, Buffer
+from tracegrad.ops.random import is_tracing
+from tracegrad.runtime.graph_call import CompiledBackward
 
-__all__ = ["Module", "RemovableHandle"]
+__all__ = ["Module", "RemovableHandle", "OptimizedModule"]
 
 
 class _IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
@@ -63,6 +67,11 @@ class Module:
     # where a compiled function that calls the module finds its Tensors, to
     # read them at call time (tracegrad.frontend.captured)
     __tracegrad_state__ = ("_parameters", "_buffers", "_modules")
+
+    def __tracegrad_compile__(self, **options):
+        """What ``tg.compile(module)`` returns (tracegrad.api.compile asks the
+        object's class): an OptimizedModule, as ``torch.compile(module)``."""
+        return OptimizedModule(self, **options)
     call_super_init = False
 
     def __init__(self, *args, **kwargs):
@@ -577,6 +586,108 @@ class Module:
             else:
                 main += "\n  " + "\n  ".join(lines) + "\n"
         return main + ")"
+
+
+class _CallWithBufferWrites(Module):
+    """The function ``tg.compile(module)`` compiles: the module's call, which
+    returns with its output the new values of the buffers its layers update
+    in place (BatchNorm's running statistics in training mode), by name."""
+
+    def __init__(self, mod):
+        super().__init__()
+        self.mod = mod
+
+    def forward(self, *args, **kwargs):
+        with F._buffer_writes() as writes:
+            out = self.mod(*args, **kwargs)
+        if not writes:
+            return out, {}
+        names = {id(b): n for n, b in self.mod.named_buffers(remove_duplicate=False)}
+        new = {}
+        for key, (buf, value) in writes.items():
+            if key not in names:
+                raise RuntimeError(
+                    f"a compiled {type(self.mod).__name__} updates a running statistic in place "
+                    f"that is not one of its buffers (a Tensor of shape {list(buf.shape)}): "
+                    f"register it with register_buffer, or pass running_mean=None, "
+                    f"running_var=None to F.batch_norm")
+            new[names[key]] = value
+        return out, new
+
+
+class OptimizedModule(Module):
+    """What ``tg.compile(module)`` returns, as ``torch.compile(module)`` does: a
+    Module around the original (``_orig_mod``; parameters, buffers and
+    ``state_dict`` through it, the state_dict's keys prefixed ``_orig_mod.``)
+    whose call is the compiled call of the original's.  The compiled code reads
+    the parameters and buffers at call time; the buffers the call updates in
+    place (BatchNorm's running statistics and num_batches_tracked in training
+    mode) are extra outputs of the compiled call, written into the buffers
+    after it (torch.compile's functionalization does the same)."""
+
+    _opt_mod_attributes = {"_orig_mod", "_compiled_call"}
+
+    def __init__(self, mod, **options):
+        if not isinstance(mod, Module):
+            raise TypeError(f"OptimizedModule expects an nn.Module, got {type(mod).__name__}")
+        super().__init__()
+        self._modules["_orig_mod"] = mod
+        self.__dict__["_compiled_call"] = api.Compiled(_CallWithBufferWrites(mod), "forward",
+                                                       **options)
+
+    @property
+    def training(self):
+        return self._orig_mod.training
+
+    @training.setter
+    def training(self, value):
+        self._orig_mod.training = value
+
+    def __getattr__(self, name):
+        if name == "_orig_mod":
+            return self.__dict__["_modules"]["_orig_mod"]
+        return getattr(self._orig_mod, name)
+
+    def __setattr__(self, name, value):
+        if hasattr(type(self), name) or name in OptimizedModule._opt_mod_attributes:
+            return super().__setattr__(name, value)
+        return setattr(self._orig_mod, name, value)
+
+    def __delattr__(self, name):
+        if hasattr(type(self), name) or name in OptimizedModule._opt_mod_attributes:
+            return super().__delattr__(name)
+        return delattr(self._orig_mod, name)
+
+    def __len__(self):
+        try:
+            return len(self._orig_mod)
+        except TypeError:
+            raise TypeError(f"{type(self._orig_mod).__name__} does not support len()") from None
+
+    def __dir__(self):
+        own = self._orig_mod.__dir__()
+        return own + [a for a in super().__dir__() if a not in own]
+
+    def forward(self, *args, **kwargs):
+        if is_tracing():
+            # called inside another transform (tg.grad(compiled_model)): its
+            # ops join that trace, which cannot write buffers back
+            return self._orig_mod(*args, **kwargs)
+        out, new = self._compiled_call(*args, **kwargs)
+        if new:
+            buffers = dict(self._orig_mod.named_buffers(remove_duplicate=False))
+            written, nodes = [], {}
+            for name, value in new.items():
+                buf = buffers[name]
+                buf._data[...] = value._data if isinstance(value, Tensor) else value
+                buf._vbox[0] += 1
+                written.append(buf)
+                node = getattr(value, "grad_fn", None)
+                if isinstance(node, CompiledBackward):   # the call is on the tape
+                    nodes[id(node)] = node
+            for node in nodes.values():
+                node.written_by_the_call(written)
+        return out
 
 
 def _torch_size(shape):

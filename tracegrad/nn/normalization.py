@@ -76,10 +76,9 @@ class _BatchNorm(Module):
         factor = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats and self.num_batches_tracked is not None:
             with no_grad():
-                self.num_batches_tracked._data[...] += 1
-                self.num_batches_tracked._vbox[0] += 1
+                count = F._count_batch(self.num_batches_tracked)
             if self.momentum is None:   # a cumulative moving average
-                factor = 1.0 / float(self.num_batches_tracked.item())
+                factor = 1.0 / count
         use_batch = self.training or (self.running_mean is None and self.running_var is None)
         track = not self.training or self.track_running_stats
         return F.batch_norm(input, self.running_mean if track else None,

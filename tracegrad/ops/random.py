@@ -370,6 +370,14 @@ def is_tracing():
     return bool(_tracing.stack)
 
 
+def traced_generator(gen, desc):
+    """While tracing: a proxy recording draws from the NumPy Generator
+    ``gen`` (lifted as an implicit input, so compiled code draws from that
+    very object on every call), or None where the trace lifts nothing."""
+    lift = getattr(_tracing.stack[-1][0], "lift_generator", None)
+    return lift(gen, desc) if lift is not None else None
+
+
 def _user_location():
     f = sys._getframe(1)
     while f is not None and f.f_code.co_filename.startswith(_PKG_DIR):

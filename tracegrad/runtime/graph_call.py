@@ -340,6 +340,18 @@ class CompiledBackward(Node):
         outs = bwd.run(*self.residuals, *[c._data for c in cts])
         return self._per_input([Tensor(np.asarray(o)) for o in outs])
 
+    def written_by_the_call(self, tensors):
+        """The call itself wrote these inputs after computing its outputs (the
+        buffers a compiled module updates in place, tracegrad.nn's
+        OptimizedModule): their new versions are expected, as in torch.compile,
+        whose backward does not read them either."""
+        if self.saved is None:
+            return
+        ids = {id(t) for t in tensors}
+        for i, v in enumerate(self.saved):
+            if id(v) in ids:
+                self.versions[i] = v._vbox[0]
+
     def _per_input(self, grads):
         """One gradient per input: none for the captured state."""
         fixed = self.gf.fixed
@@ -400,12 +412,12 @@ def vjp(fn, primals, has_aux, backend):
         out, aux = out
         aux_n = len(tree_flatten(aux)[0])
 
+    ct_like = out_tree[1][0] if has_aux and out_tree[0] == "tuple" else out_tree
+
     def vjp_fn(ct):
-        if has_aux:
-            ct_leaves = tree_flatten(ct)[0] + [np.zeros_like(o) for o in primal_outs[-aux_n:]] \
-                if aux_n else tree_flatten(ct)[0]
-        else:
-            ct_leaves = tree_flatten(ct)[0]
+        ct_leaves = tree_flatten(ct, like=ct_like)[0]
+        if has_aux and aux_n:
+            ct_leaves = ct_leaves + [np.zeros_like(o) for o in primal_outs[-aux_n:]]
         if len(ct_leaves) != n_out:
             raise ValueError(f"vjp_fn expects cotangents shaped like the function's output "
                              f"({n_out} arrays), got {len(ct_leaves)}")
@@ -430,7 +442,7 @@ def vjp(fn, primals, has_aux, backend):
 def jvp(fn, primals, tangents, backend):
     primals, tangents = tuple(primals), tuple(tangents)
     trace, out_tree, in_tree, arrays, names, name = _trace_flat(fn, primals, backend, "jvp")
-    t_leaves, t_tree = tree_flatten(tangents)
+    t_leaves, t_tree = tree_flatten(tangents, like=in_tree)
     if t_tree != in_tree:
         raise ValueError("jvp: tangents must have the same structure as primals")
     t_arrays = []

@@ -424,7 +424,8 @@ class Function:
                 if callable(emit):
                     e = emit(args, **d["attrs"])
                 else:
-                    e = emit.format(*args, **{k: repr(x) for k, x in d["attrs"].items()})
+                    e = emit.format(*args, **{k: pysource.attr_source(x)
+                                              for k, x in d["attrs"].items()})
                 code = self._library_statement(g, v, var, e, prim, args, names)
             names[v] = var
             src = pysource.source_comment(d.get("loc"))

@@ -92,6 +92,15 @@ def literal(value):
     return repr(v)
 
 
+def attr_source(x):
+    """A static attribute in an emitter's format string: its repr, except a
+    non-finite float (``pad(constant_values=-inf)`` of max pooling), whose
+    repr ``-inf`` names nothing in generated code."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return literal(x)
+    return repr(x)
+
+
 def scalar_type(dtype):
     """The NumPy scalar type's name in generated code: np.float64, np.bool_
     (np.bool only exists from NumPy 2 on)."""

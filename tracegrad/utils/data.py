@@ -14,9 +14,10 @@ import warnings
 import numpy as np
 
 from tracegrad.eager.tensor import Tensor
+from tracegrad.ops import primitives
 from tracegrad.eager.factories import tensor as _tensor
 from tracegrad.ops.shape import stack as _stack
-from tracegrad.utils.generator import numpy_generator
+from tracegrad.eager.factories import numpy_generator
 
 __all__ = ["Dataset", "IterableDataset", "TensorDataset", "ConcatDataset", "Subset",
            "random_split", "Sampler", "SequentialSampler", "RandomSampler",
@@ -210,7 +211,7 @@ def default_collate(batch):
     field."""
     elem = batch[0]
     if isinstance(elem, Tensor):
-        return _stack(list(batch), axis=0)
+        return _stack_tensors(list(batch))
     if isinstance(elem, np.ndarray):
         if elem.dtype.kind in "OSU":
             raise TypeError(f"default_collate: batch must contain tensors, numpy arrays, "
@@ -238,6 +239,19 @@ def default_collate(batch):
         return tuple(cols) if isinstance(elem, tuple) else cols
     raise TypeError(f"default_collate: batch must contain tensors, numpy arrays, numbers, "
                     f"dicts or lists; found {type(elem)}")
+
+
+def _stack_tensors(batch):
+    """torch.stack(batch): samples that take no gradient (a dataset's) are
+    stacked as arrays in one call; otherwise (or for torch's error on
+    unequal sizes) by the recording stack op."""
+    first = batch[0]
+    data = first._data
+    kind, shape, dtype = type(data), data.shape, data.dtype
+    if all(type(t) is type(first) and not t.requires_grad and type(t._data) is kind
+           and t._data.shape == shape and t._data.dtype == dtype for t in batch):
+        return type(first)(primitives.array_module(data).stack([t._data for t in batch]))
+    return _stack(batch, axis=0)
 
 
 def _fetch(dataset, indices, auto_collation):

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracegrad.eager.factories import _RNG
-
-__all__ = ["Generator", "numpy_generator"]
+__all__ = ["Generator"]
 
 _DEFAULT_SEED = 67280421310721   # torch's default_generator seed
 
@@ -31,7 +29,9 @@ class Generator:
         if seed < 0:
             seed += 2 ** 64
         self._seed = seed
-        self._rng = np.random.default_rng(seed)
+        # in place: compiled code that draws from this generator holds its
+        # NumPy Generator, and must draw the new stream
+        self._rng.bit_generator.state = np.random.default_rng(seed).bit_generator.state
         return self
 
     def seed(self):
@@ -49,21 +49,8 @@ class Generator:
 
     def set_state(self, state):
         self._seed = state["seed"]
-        self._rng = np.random.default_rng()
         self._rng.bit_generator.state = state["bit_generator"]
         return self
 
     def __repr__(self):
         return f"<tracegrad.Generator device={self.device!r} initial_seed={self._seed}>"
-
-
-def numpy_generator(generator=None):
-    """The NumPy generator to draw from: ``generator``'s own, or tracegrad's
-    global one (seeded by tg.manual_seed)."""
-    if generator is None:
-        return _RNG.gen
-    if isinstance(generator, Generator):
-        return generator._rng
-    if isinstance(generator, np.random.Generator):
-        return generator
-    raise TypeError(f"generator must be a tracegrad.Generator, got {type(generator).__name__}")

@@ -75,7 +75,8 @@ class Lowered:
                 if callable(prim.numpy):
                     e = prim.numpy(args, **d["attrs"])
                 else:
-                    e = prim.numpy.format(*args, **{k: repr(x) for k, x in d["attrs"].items()})
+                    e = prim.numpy.format(*args, **{k: pysource.attr_source(x)
+                                                    for k, x in d["attrs"].items()})
                 for h in prim.helpers:
                     if h + "(" in e:  # only the helpers this statement calls
                         module.helper(h)
@@ -307,3 +308,4 @@ def generate_numpy(functions, source="", transform="", key=""):
         helpers=module.helpers, constants=module.constants,
         functions=[{"name": f.name, "args": f.args, "doc": f.doc, "body": f.body,
                     "returns": f.returns} for f in lowered])
+
