@@ -166,6 +166,15 @@ def interleaved_row(name, base_fn, fns, rounds=21, batch_time=0.02):
     return out
 
 
+def _default_threads():
+    """The thread count of native kernels by default (TRACEGRAD_NUM_THREADS,
+    else the cores this process may use)."""
+    v = os.environ.get("TRACEGRAD_NUM_THREADS", "").strip()
+    if v:
+        return int(v)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
 def w1():
     x = np.random.default_rng(0).standard_normal(16)
     vg = tg.value_and_grad(rosen, backend="numpy")
@@ -206,6 +215,20 @@ def w2(n):
     entries = {"tracegrad numpy": lambda: vg(x, y)}
     vn = tg.value_and_grad(chain, argnums=(0, 1), backend="native")
     entries["tracegrad native"] = lambda: vn(x, y)
+    if _default_threads() > 1:
+        # the same on one thread (TRACEGRAD_NUM_THREADS=1 while it builds; a
+        # function object of its own, so it does not share vn's built code)
+        saved = os.environ.get("TRACEGRAD_NUM_THREADS")
+        os.environ["TRACEGRAD_NUM_THREADS"] = "1"
+        try:
+            vn1 = tg.value_and_grad(lambda x, y: chain(x, y), argnums=(0, 1), backend="native")
+            vn1(x, y)
+        finally:
+            if saved is None:
+                del os.environ["TRACEGRAD_NUM_THREADS"]
+            else:
+                os.environ["TRACEGRAD_NUM_THREADS"] = saved
+        entries["native 1 thread"] = lambda: vn1(x, y)
     xt, yt = tg.tensor(x, requires_grad=True), tg.tensor(y, requires_grad=True)
 
     def eager():
@@ -227,6 +250,10 @@ def w2(n):
         entries["jax.jit"] = lambda: jax.block_until_ready(jf(xj, yj))
     r = interleaved_row(f"W2 elementwise chain [{n}]", lambda: chain_by_hand(x, y), entries,
                         rounds=7)
+    if "native 1 thread" in r:
+        s = r["samples"]
+        r["native threads_s"] = statistics.median(
+            a / b for a, b in zip(s["tracegrad native"], s["native 1 thread"]))
     r["peak_memory_ratio"] = peak_memory(lambda: vg(x, y)) / peak_memory(lambda: chain_by_hand(x, y))
     return r
 
@@ -384,6 +411,9 @@ def print_table(rows):
     print("\nratios are time / hand-written NumPy time (lower is better); "
           "peak_memory_ratio is tracemalloc peak / hand-written's")
     for r in rows:
+        if "native threads_s" in r:
+            print(f"{r['workload']}: native with {_default_threads()} threads / native with one "
+                  f"thread, per round: {r['native threads_s']:.2f}")
         if "native cold_s" in r:
             print(f"W5 (seconds): native target cold {r['native cold_s']:.3f}, warm "
                   f"{r['native warm_s']:.3f}; NumPy target cold {r['numpy cold_s']:.3f}, warm "

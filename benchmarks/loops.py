@@ -39,6 +39,10 @@ rewrite took item assignments; up to ``--writes-written-max`` steps), and a
 later call up to ``--writes-call-max`` steps (the scan stores its carry,
 the whole array, every step for reverse mode: time and memory grow as n^2).
 
+``--versus-jax ROUNDS`` prints only the native fori_loop gradient against
+jax.jit + lax.fori_loop at ``--steps``, timed interleaved in ROUNDS rounds
+(the ratio per round, then its median): issue 29's loop target.
+
 Timings on a shared machine are noisy; compare within one run.
 """
 import os
@@ -157,6 +161,36 @@ def systems(unrolled_max):
     return out
 
 
+def versus_jax(steps, rounds):
+    """The native fori_loop gradient against jax.jit + lax.fori_loop, timed
+    interleaved (a batch of each per round) so load that drifts during the
+    run moves both alike; the ratio is per round, then the median."""
+    named = dict((name, make) for name, make, _ in systems(0))
+    if "jax.jit + fori_loop" not in named:
+        print("\n--versus-jax: jax is not importable")
+        return
+    v0 = np.array([5., 0., 5.])
+    print(f"\nper call, interleaved with jax.jit in {rounds} rounds (median, min; ratio: the "
+          f"median over rounds of native / jax in the same round)")
+    print(f"{'steps':>7}  {'native ms':>10}{'min':>9}{'jax.jit ms':>12}{'min':>9}{'native/jax':>12}")
+    for n in steps:
+        fs = [named["tracegrad native fori_loop"](), named["jax.jit + fori_loop"]()]
+        for f in fs:
+            f(v0, n)
+            f(v0, n)
+        batch = max(1, int(0.02 / max(n * 5e-8, 2e-6)))
+        ts = [[], []]
+        for _ in range(rounds):
+            for k, f in enumerate(fs):
+                t0 = time.perf_counter()
+                for _ in range(batch):
+                    f(v0, n)
+                ts[k].append((time.perf_counter() - t0) / batch)
+        ratio = statistics.median(a / b for a, b in zip(*ts))
+        print(f"{n:>7}  {statistics.median(ts[0]) * 1e3:>10.4f}{min(ts[0]) * 1e3:>9.4f}"
+              f"{statistics.median(ts[1]) * 1e3:>12.4f}{min(ts[1]) * 1e3:>9.4f}{ratio:>12.2f}")
+
+
 def rollout(x0, w, n, ck):
     """A float64[D] state stepped n times; reverse mode through it."""
     def body(i, x):
@@ -262,8 +296,14 @@ def main():
     ap.add_argument("--writes-call-max", type=int, default=1000,
                     help="largest n for which that loop's gradient is called")
     ap.add_argument("--writes-only", action="store_true", help="only the writes table")
+    ap.add_argument("--versus-jax", type=int, default=0, metavar="ROUNDS",
+                    help="only the native fori_loop gradient against jax.jit, interleaved "
+                         "in ROUNDS rounds, at --steps")
     args = ap.parse_args()
     wsteps = [int(s) for s in args.writes_steps.split(",") if s]
+    if args.versus_jax:
+        versus_jax([int(s) for s in args.steps.split(",") if s], args.versus_jax)
+        return
     if args.writes_only:
         writes(wsteps, args.writes_written_max, args.writes_call_max, args.calls)
         return

@@ -81,7 +81,7 @@ TG_FLOAT_DIVMOD(double, f64, fmod, floor, copysign)
 #define TG_BLOCK 256LL
 // Threaded kernels: TG_NUM_THREADS (set by the recipe with -fopenmp), blocks
 // of TG_PBLOCK elements for plain elementwise loops, rounds of TG_ROUND
-// blocks of TG_BLOCK for loops with fused sums.
+// blocks of TG_BLOCK for loops with fused sums (one parallel loop a round).
 #ifndef TG_NUM_THREADS
 #define TG_NUM_THREADS 1
 #endif
@@ -97,8 +97,89 @@ __attribute__((constructor)) static void tg_register_fork(void)
     pthread_atfork(NULL, NULL, tg_after_fork_child);
 }
 #endif
-#define TG_PBLOCK 2048LL
-#define TG_ROUND 1024LL
+#define TG_PBLOCK 4096LL
+#define TG_ROUND 4096LL
+// The threads of a loop take one block of TG_PBLOCK elements, or TG_CHUNK
+// blocks of TG_BLOCK, at a time (a dynamic schedule: a thread the system
+// deschedules delays the loop's end by one chunk, where a static split waits
+// for its whole share), and at most TG_THREADS(m) threads run it, m from its
+// size (codegen.py's thread_count: each thread gets at least the work that
+// pays for waking it)
+#define TG_CHUNK 16
+#define TG_THREADS(m) ((m) < TG_NUM_THREADS ? (m) : TG_NUM_THREADS)
+// on one thread (backing off, below) the whole loop is one chunk: no call
+// into the OpenMP runtime per chunk
+#define TG_CHUNK_OF(nt, c) ((nt) > 1 ? (c) : (1 << 30))
+// Threads only where they pay, measured as the program runs: each threaded
+// kernel keeps its last times on one thread and on its threads (smoothed) and
+// runs the faster way; now and then it tries the other way again (soon after
+// a try that changed the choice, twice as late after each that did not, up
+// to TG_TRY_MAX ns).  Where other processes hold the cores, a woken thread can
+// wait a whole time slice (20 ms for a 0.1 ms kernel, docs/native.md,
+// Threads) and the loop's end waits for it: such a kernel then runs on the
+// calling thread.  The choice changes only the time, never a result.
+#define TG_TRY_MIN 1000000LL
+#define TG_TRY_MAX 2000000000LL
+typedef struct { long long ns[2], next_try, gap; int trying, warm; } tg_par;
+#ifdef _OPENMP
+#include <time.h>
+#define TG_LD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+#define TG_ST(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
+static inline long long tg_now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+// the threads for this call: m (at most TG_NUM_THREADS) or 1; *t0: its start
+static inline int tg_par_threads(tg_par* p, int m, long long* t0)
+{
+    const long long now = tg_now_ns();
+    *t0 = now;
+    if (tg_forked || m < 2)
+        return 1;
+#ifdef TG_PAR_FIXED
+    return m;                                      // (measurements: always the threads)
+#endif
+    if (!TG_LD(p->warm))
+        return m;                                  // the first call starts the threads
+    const long long solo = TG_LD(p->ns[0]), par = TG_LD(p->ns[1]);
+    int threads = !par || (solo && par <= solo);   // untried, or the faster
+    const int trying = par && solo && now >= TG_LD(p->next_try);
+    if (trying)
+        threads = !threads;                        // now and then the other way
+    TG_ST(p->trying, trying);
+    return threads ? m : 1;
+}
+static inline void tg_par_done(tg_par* p, int m, int nt, long long t0)
+{
+    if (tg_forked || m < 2)
+        return;
+    if (!TG_LD(p->warm)) {                         // (its time is not the kernel's)
+        TG_ST(p->warm, 1);
+        return;
+    }
+    const long long now = tg_now_ns(), t = now - t0;
+    const int k = nt > 1, trying = TG_LD(p->trying);
+    const int before = TG_LD(p->ns[1]) <= TG_LD(p->ns[0]);
+    const long long old = TG_LD(p->ns[k]);
+    TG_ST(p->ns[k], !old || trying ? t : (old + t) / 2);
+    const long long solo = TG_LD(p->ns[0]), par = TG_LD(p->ns[1]);
+    if (!solo || !par || (!trying && TG_LD(p->next_try)))
+        return;
+    long long gap = TG_LD(p->gap), base = 100 * (solo < par ? solo : par);
+    base = base < TG_TRY_MIN ? TG_TRY_MIN : base > TG_TRY_MAX ? TG_TRY_MAX : base;
+    if (!trying || (par <= solo) != before)
+        gap = base;                                 // the first choice, or a changed one
+    else
+        gap = 2 * gap < TG_TRY_MAX ? 2 * gap : TG_TRY_MAX;
+    TG_ST(p->gap, gap);
+    TG_ST(p->next_try, now + gap);
+}
+#else
+#define tg_par_threads(p, m, t0) ((void)(p), *(t0) = 0, 1)
+#define tg_par_done(p, m, nt, t0) ((void)(p), (void)(t0))
+#endif
 #define TG_PAIRWISE(T, N) \
 typedef struct { T s[64]; int level[64]; int n; } tg_pw_##N; \
 static inline void tg_pw_push_##N(tg_pw_##N* p, T x) { \

@@ -10,7 +10,7 @@
 # no result), glibc's vector math (libmvec) through `#pragma omp simd`,
 # -fopenmp-simd and `__attribute__((simd))` declarations where glibc has
 # the function, scalar libm elsewhere or when asked (TRACEGRAD_NATIVE_MATH=scalar);
-# threads (TRACEGRAD_NUM_THREADS, default 1; 2 asks for two threads on large kernels):
+# threads (TRACEGRAD_NUM_THREADS, default the cores; 1 keeps one thread):
 # -fopenmp -DTG_NUM_THREADS=n where the compiler builds and loads an OpenMP
 # probe, else one thread (the `omp parallel` pragmas of large kernels are then
 # ignored and the same loops run on the calling thread).
@@ -188,12 +188,13 @@ def _cores():
 
 def num_threads(value=None):
     """The thread count of large kernels: ``value``, else TRACEGRAD_NUM_THREADS,
-    else 1.  Two threads win on a free core pair and lose when the machine
-    is shared (a kernel waits for its descheduled second thread), so they
-    are asked for, not assumed (docs/native.md, Threads)."""
+    else the cores this process may run on.  Only kernels large enough to
+    gain use more than one (codegen.py's thread_count, thresholds measured
+    in docs/native.md, Threads); TRACEGRAD_NUM_THREADS=1 keeps every kernel
+    on the calling thread (a machine shared with other busy processes)."""
     v = value if value is not None else _os.environ.get("TRACEGRAD_NUM_THREADS")
     if v is None or str(v).strip() == "":
-        return 1
+        return _cores()
     try:
         n = int(str(v).strip())
     except ValueError:
@@ -523,7 +524,47 @@ def _numpy_include():
     return inc if _os.path.isfile(_os.path.join(inc, "numpy", "arrayobject.h")) else None
 
 
-def load_library(source, module_file, rec):
+_known_objects = {}     # digest -> the last object of that digest this process loaded
+
+
+def _link_same(folder, digest, path):
+    """Put the object another module of the folder built from the same text
+    (``*-<digest>.so``: the digest covers the text, recipe, entry and NumPy)
+    at ``path`` too: a hard link, else a copy, renamed into place.  True
+    when done; False when there is none (or it is not ours to load).  The
+    object this process last loaded for the digest is tried first, then
+    the folder is listed."""
+    def candidates():
+        known = _known_objects.get(digest)
+        if known and _os.path.dirname(known) == folder:
+            yield _os.path.basename(known)
+        try:
+            yield from _os.listdir(folder)
+        except OSError:
+            return
+    for name in candidates():
+        src = _os.path.join(folder, name)
+        if name.startswith(".tmp-") or not name.endswith(f"-{digest}.so") or \
+                not _safe_object(src):
+            continue
+        tmp = _os.path.join(folder, f".tmp-{_os.getpid()}-{_threading.get_ident()}-{digest}.so")
+        try:
+            try:
+                _os.link(src, tmp)
+            except OSError:
+                _shutil.copyfile(src, tmp)
+                _os.chmod(tmp, 0o700)
+            _os.replace(tmp, path)
+            return True
+        except OSError:
+            try:
+                _os.unlink(tmp)
+            except OSError:
+                pass
+    return False
+
+
+def load_library(source, module_file, rec, reuse=True):
     """(library, entry) for ``source``: a CPython extension module whose
     functions take the arrays (entry "python": METH_FASTCALL, the arrays
     checked in C) where Python's and NumPy's headers are installed, else a
@@ -531,7 +572,10 @@ def load_library(source, module_file, rec):
     ``module_file`` (a generated module on disk) when that folder is ours
     and writable, else in a private temporary folder; built on first use.
     The extension is built against NumPy's headers (its C API), so NumPy's
-    version is part of the object's name."""
+    version is part of the object's name.  ``reuse``: an object built from
+    the same text (and recipe, entry and NumPy) for another module of the
+    folder serves this one too, linked beside it: the modules of several
+    sizes whose C is generic, or the same, cost one build."""
     import numpy
     np_inc = _numpy_include() if rec.get("entry") == "python" else None
     entry = "python" if np_inc else "ctypes"
@@ -556,10 +600,14 @@ def load_library(source, module_file, rec):
         extra = ["-DTG_PYTHON_ENTRY", f"-DTG_MODULE_NAME={name}", "-I" + rec["python_include"],
                  "-I" + np_inc]
     built = not _safe_object(path)
+    if built and reuse and _link_same(folder, digest, path):
+        built = False
     if built:
         build(source, path, rec, extra)
     try:
-        return _load_object(path, name), entry
+        got = _load_object(path, name), entry
+        _known_objects[digest] = path
+        return got
     except (ImportError, OSError) as e:
         if built:
             raise NativeBuildError(f"the shared object built from the generated C source "

@@ -108,6 +108,10 @@ def check_python(src, must_carry=()):
             allowed = {"numpy", "math", "base64", "cupy"}
             if 'TARGET = "native"' in src:      # the builder pasted into native modules
                 allowed |= NATIVE_LOADER_IMPORTS
+            if "\n_lib, _ENTRY = _builder.shared_library(" in src:
+                # a generic-size module takes tracegrad's own copy of the builder
+                # (docs/native.md, "Generic sizes"): a fixed name, never the user's
+                allowed |= {"tracegrad.targets.native"}
             assert set(mods) <= allowed, mods
         if isinstance(node, ast.Raise) and node.exc is not None:
             assert "SystemExit" not in ast.unparse(node.exc)

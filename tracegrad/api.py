@@ -196,8 +196,13 @@ class Compiled:
     """A function compiled for one transform; called like the original."""
 
     def __init__(self, fn, kind="forward", argnums=0, has_aux=False, backend=None,
-                 static_argnums=(), static_argnames=(), compile=True, fallback=True):
+                 static_argnums=(), static_argnames=(), compile=True, fallback=True,
+                 dynamic=None):
+        if dynamic not in (None, True, False):
+            raise TypeError(f"dynamic must be None (generic native code for the sizes that "
+                            f"vary, once seen twice), True or False, got {dynamic!r}")
         if isinstance(fn, Compiled) and fn.kind == "forward":
+            dynamic = fn.dynamic if dynamic is None else dynamic
             # tg.grad(tg.compile(f)) is tg.grad(f); a transformed function
             # (tg.grad(tg.grad(f))) stays whole: tracing it inlines its graph
             static_argnums = static_argnums or fn.static_argnums
@@ -211,6 +216,9 @@ class Compiled:
                              f"got {backend!r}")
         self.fn = fn
         self.kind = kind
+        # native code generic in the sizes that vary (docs/native.md, "Generic
+        # sizes"): None once a size was seen twice, True at once, False never
+        self.dynamic = dynamic
         # compile=False: run fn eagerly on NumPy-face values that record the
         # tape, so control flow may depend on values (see _call_eager)
         self.compiled = bool(compile)
@@ -240,9 +248,13 @@ class Compiled:
         # configuration: its calls must never find the compiled code's runners.
         self._tables = _tables_for(fn, (kind, self.argnums, self._single, has_aux, backend,
                                         self.static_argnums, self.static_argnames,
-                                        self.compiled, self.fallback))
+                                        self.compiled, self.fallback, dynamic))
         self._fast = self._tables.fast
         self._arrays_only = self._tables.arrays_only
+        # static positions whose int or str values may key the fast table
+        # (negative ones depend on the call's length: none then)
+        self._static_pos = frozenset(self.static_argnums) \
+            if all(a >= 0 for a in self.static_argnums) else frozenset()
         # the name and docstring only: merging fn.__dict__ would copy a
         # transformed fn's own state (kind, fn) over this one's
         functools.update_wrapper(self, fn, updated=())
@@ -360,6 +372,11 @@ class Compiled:
                 if run is not None:
                     _stats["memory_hits"] += 1
                     return run(*args)
+            if self._static_pos:     # ndarrays and static ints or strings
+                run = tables.arrays_only.get(_fast_key(args, self._static_pos))
+                if run is not None:
+                    _stats["memory_hits"] += 1
+                    return run(*args)
         leaves, ranges, kw_tree, statics, names = self._flatten(args, kwargs)
         if _inside_another_transform(leaves, self.kind):
             if self.kind == "forward":
@@ -400,12 +417,15 @@ class Compiled:
                     raise
                 entry = self._fast[sig] = _EagerFallback(self.__name__, arrays, e)
             self._fast[sig] = entry
-            if not kwargs and not statics and all(type(a) is np.ndarray for a in args) \
-                    and type(entry) is not _EagerFallback:
-                key = tuple(x for a in args for x in (a.shape, a.dtype.char))
+            key = _fast_key(args, self._static_pos) if not kwargs else None
+            if key is not None and type(entry) is not _EagerFallback:
                 if len(self._arrays_only) >= SIGNATURES_PER_FUNCTION:
                     self._arrays_only.clear()
-                self._arrays_only[key] = self._runner(entry, ranges)
+                run = self._runner(entry, ranges)
+                if statics:     # the runner takes the arrays only
+                    run = _without_statics(run, [i for i in range(len(args))
+                                                 if i not in self._static_pos])
+                self._arrays_only[key] = run
         else:
             cache.count("memory_hits")
         if type(entry) is _EagerFallback:
@@ -424,7 +444,7 @@ class Compiled:
             return specialised(*args, **kwargs)
         if tensors:
             from tracegrad.eager.tensor import Tensor
-            leaves_out, tree = tree_flatten(out)
+            leaves_out, tree = tree_flatten(out, keep_order=True)
             out = tree_unflatten(tree, [Tensor(np.asarray(o)) if isinstance(o, (np.ndarray, np.generic))
                                         else o for o in leaves_out])
         return out
@@ -449,7 +469,8 @@ class Compiled:
             table[key] = Compiled(self.fn, self.kind, self.argnums if not self._single
                                   else self.argnums[0], self.has_aux, self.backend,
                                   self.static_argnums + positions,
-                                  self.static_argnames + names, self.compiled, self.fallback)
+                                  self.static_argnames + names, self.compiled, self.fallback,
+                                  self.dynamic)
         return _IntValues(table[key])
 
     def _call_profiled(self, args, kwargs):
@@ -662,6 +683,7 @@ class Compiled:
             "version": __version__,
             "templates": templates_hash(),
             "graph": trace.structure_hash(),
+            **({"dynamic": self.dynamic} if self.dynamic is not None else {}),
             **({"captured": [f"{d}: {_describe_captured(o)}" for o, d in
                              zip(trace.implicit, trace.implicit_desc)]} if trace.implicit else {}),
         }
@@ -684,13 +706,46 @@ class Compiled:
             lowered.frozen = list(trace.frozen)            # capture="freeze": constants
             return lowered
         from tracegrad.runtime import pipeline  # a build: the code generator loads here
+        probe = None
+        if self.dynamic and backend == "native":
+            def probe():    # the same function at other sizes: what varies is generic at once
+                return self._probe(kind, arrays, ranges, kw_tree, statics, nargs, faces, capture,
+                                   backend, wrt, names)
         ns = pipeline.load(khash, parts,
-                           lambda: _compile(kind, trace, wrt, names, self, parts, khash)[1],
+                           lambda: _compile(kind, trace, wrt, names, self, parts, khash,
+                                            probe)[1],
                            explain_as=parts["function"])
         n_out = len(trace.outputs)
         entry = _Entry(ns, out_tree, n_out, None, wrt, avals)
         entry.set_function(ns[_FN_NAME[kind]], trace)
         return entry
+
+    def _probe(self, kind, arrays, ranges, kw_tree, statics, nargs, faces, capture, backend,
+               wrt, names):
+        """dynamic=True: the transform's graphs at other sizes (every
+        dimension of 2 or more one larger, and doubled; sizes 0 and 1 stay,
+        as torch's dynamic shapes specialise them), whose C texts tell which
+        numbers vary (the first whose C has the same structure serves); a
+        size at which the function does not trace is left out (the code is
+        then generic from its second size on)."""
+        avals = [_leaf_aval(a) for a in arrays]
+
+        def rebuild(tracers):
+            return _rebuild_args(tracers, ranges, kw_tree, statics, nargs)
+        out = []
+        for grow in (lambda d: d + 1, lambda d: d * 2):
+            probe = [Aval(tuple(grow(d) if d >= 2 else d for d in a.shape), a.dtype)
+                     if a.dtype != object else a for a in avals]
+            try:
+                trace, _ = trace_function(self.fn, probe, rebuild, names, backend, faces,
+                                          capture=capture)
+                g = _transform_graph(kind, trace, wrt)
+            except Exception as e:  # noqa: BLE001 -- a size it does not take: no probe, said
+                log.info("tracegrad: dynamic=True: %s does not trace at %s (%s: %s)",
+                         self.__name__, [list(a.shape) for a in probe], type(e).__name__, e)
+                continue
+            out.append([(g, _FN_NAME[kind], [trace.nodes[i].name for i in trace.inputs], "")])
+        return out
 
     def _check_wrt(self, kind, avals, wrt, names, ranges, kw_tree):
         if kind in ("grad", "value_and_grad", "jacrev", "jacfwd", "hessian"):
@@ -1010,6 +1065,35 @@ def _eager_derivatives(kind, outs, xs, nested=False):
     raise ValueError(kind)
 
 
+_FAST_STATIC = (int, str, bool)
+
+
+def _fast_key(args, static_pos):
+    """The fast table's key of a call of positional ndarrays (shape and
+    dtype each) and, at static positions, values of exactly int, str or bool
+    (type and value); None for any other call."""
+    key = []
+    for i, a in enumerate(args):
+        t = type(a)
+        if t is _ndarray:
+            key.append(a.shape)
+            key.append(a.dtype.char)
+        elif t in _FAST_STATIC and i in static_pos:
+            key.append(t)
+            key.append(a)
+        else:
+            return None
+    return tuple(key)
+
+
+def _without_statics(run, dyn):
+    """``run`` called with the arguments at positions ``dyn`` only."""
+    if len(dyn) == 1:
+        (i,) = dyn
+        return lambda *a: run(a[i])
+    return lambda *a: run(*[a[i] for i in dyn])
+
+
 def _leaf_faces(leaves):
     """The dialect each leaf speaks: a Tensor (or a torch-face tracer) torch,
     anything else NumPy; None when all speak NumPy."""
@@ -1095,8 +1179,10 @@ def _transform_graph(kind, trace, wrt):
                               [j for _, lo, hi in wrt for j in range(lo, hi)])
 
 
-def _compile(kind, trace, wrt, names, compiled, parts, khash):
-    """Trace -> transformed graph -> source (NumPy, or the CUDA target's)."""
+def _compile(kind, trace, wrt, names, compiled, parts, khash, probe=None):
+    """Trace -> transformed graph -> source (NumPy, or the CUDA target's);
+    ``probe``: a function giving the same transform at other sizes (native,
+    dynamic=True)."""
     from tracegrad.runtime import pipeline
     g = _transform_graph(kind, trace, wrt)
     fn = compiled.fn
@@ -1114,8 +1200,10 @@ def _compile(kind, trace, wrt, names, compiled, parts, khash):
            "jacfwd": f"The Jacobian of {src} w.r.t. {_wrt_desc(wrt, names)} (forward mode).",
            "hessian": f"The Hessian of {src} w.r.t. {_wrt_desc(wrt, names)}."}[kind]
     # the generator turns the argument names into distinct identifiers
+    dynamic = getattr(compiled, "dynamic", None)
     source = pipeline.generate([(g, _FN_NAME[kind], names, doc)], parts.get("backend", "numpy"),
-                               source=src, transform=parts["transform"], key=khash)
+                               source=src, transform=parts["transform"], key=khash,
+                               dynamic=dynamic, probe=probe() if probe is not None else None)
     return g, source
 
 
@@ -1126,7 +1214,8 @@ def _wrt_desc(wrt, names):
 
 # --- the public functions -----------------------------------------------------------------
 
-def compile(fn=None, *, backend=None, static_argnums=(), static_argnames=(), fallback=True):
+def compile(fn=None, *, backend=None, static_argnums=(), static_argnames=(), fallback=True,
+            dynamic=None):
     """Compile ``fn`` (plain NumPy or Tensor code) to generated NumPy code,
     traced once per input signature and cached in memory and on disk.
 
@@ -1135,55 +1224,69 @@ def compile(fn=None, *, backend=None, static_argnums=(), static_argnames=(), fal
     prints, say) runs the function eagerly for that signature, said once in
     the log; ``fallback=False`` raises the TraceError instead.
 
-    Usable as ``@tg.compile`` or ``@tg.compile(static_argnums=...)``."""
+    ``dynamic`` (native target): None builds C generic in the sizes that
+    vary once a function's C has been seen at two sizes, True at once,
+    False never (docs/native.md, "Generic sizes"); grad, value_and_grad,
+    jacobian, jacfwd and hessian take it too.
+
+    Usable as ``@tg.compile`` or ``@tg.compile(static_argnums=...)``.  An
+    object whose class says how it compiles (``__tracegrad_compile__``: an
+    ``nn.Module`` gives an ``OptimizedModule``, as ``torch.compile``) is
+    compiled that way."""
     if fn is None:
-        return lambda f: Compiled(f, "forward", backend=backend, static_argnums=static_argnums,
-                                  static_argnames=static_argnames, fallback=fallback)
+        return lambda f: compile(f, backend=backend, static_argnums=static_argnums,
+                                 static_argnames=static_argnames, fallback=fallback,
+                                 dynamic=dynamic)
+    compile_object = getattr(type(fn), "__tracegrad_compile__", None)
+    if compile_object is not None:
+        return compile_object(fn, backend=backend, static_argnums=static_argnums,
+                              static_argnames=static_argnames, fallback=fallback,
+                              dynamic=dynamic)
     return Compiled(fn, "forward", backend=backend, static_argnums=static_argnums,
-                    static_argnames=static_argnames, fallback=fallback)
+                    static_argnames=static_argnames, fallback=fallback, dynamic=dynamic)
 
 
 def grad(fn, argnums=0, has_aux=False, *, backend=None, static_argnums=(), static_argnames=(),
-         compile=True, fallback=True):
+         compile=True, fallback=True, dynamic=None):
     """The gradient of a scalar function w.r.t. argument(s) ``argnums``.
 
     compile=False runs ``fn`` eagerly on values that record the tape, so its
     control flow may depend on values (``while err > tol``), as with HIPS
     autograd; every transform takes it."""
     return Compiled(fn, "grad", argnums, has_aux, backend, static_argnums, static_argnames,
-                    compile, fallback)
+                    compile, fallback, dynamic)
 
 
 def value_and_grad(fn, argnums=0, has_aux=False, *, backend=None, static_argnums=(),
-                   static_argnames=(), compile=True, fallback=True):
+                   static_argnames=(), compile=True, fallback=True, dynamic=None):
     """``(value, gradient)`` of a scalar function in one compiled call."""
     return Compiled(fn, "value_and_grad", argnums, has_aux, backend, static_argnums,
-                    static_argnames, compile, fallback)
+                    static_argnames, compile, fallback, dynamic)
 
 
 def jacobian(fn, argnums=0, *, backend=None, static_argnums=(), static_argnames=(),
-             compile=True, fallback=True):
+             compile=True, fallback=True, dynamic=None):
     """The full Jacobian (reverse mode): shape out.shape + in.shape, all rows
     in one compiled call."""
     return Compiled(fn, "jacrev", argnums, False, backend, static_argnums, static_argnames,
-                    compile, fallback)
+                    compile, fallback, dynamic)
 
 
 jacrev = jacobian
 
 
 def jacfwd(fn, argnums=0, *, backend=None, static_argnums=(), static_argnames=(),
-           compile=True, fallback=True):
+           compile=True, fallback=True, dynamic=None):
     """The full Jacobian by forward mode (one tangent per input element)."""
     return Compiled(fn, "jacfwd", argnums, False, backend, static_argnums, static_argnames,
-                    compile, fallback)
+                    compile, fallback, dynamic)
 
 
 def hessian(fn, argnums=0, *, backend=None, static_argnums=(), static_argnames=(),
-            compile=True, fallback=True):
+            compile=True, fallback=True, dynamic=None):
     """The Hessian of a scalar function: shape in.shape + in.shape."""
     return Compiled(fn, "hessian", argnums, False, backend, static_argnums, static_argnames,
-                    compile, fallback)
+                    compile, fallback, dynamic)
 
 
 def _bind_statics(fn, primals, static_argnums, static_argnames, what):
@@ -1327,7 +1430,7 @@ def _eager_vjp(f, primals, has_aux):
     out_leaves, out_tree = tree_flatten(out)
 
     def vjp_fn(ct):
-        ct_leaves, ct_tree = tree_flatten(ct)
+        ct_leaves, ct_tree = tree_flatten(ct, like=out_tree)
         if ct_tree != out_tree:
             raise ValueError(f"vjp_fn expects cotangents shaped like the function's output "
                              f"({len(out_leaves)} arrays), got {len(ct_leaves)}")
@@ -1358,7 +1461,7 @@ def _eager_jvp(f, primals, tangents):
     from tracegrad.eager.tensor import NumpyTensor
     xs, in_tree, out, nested = _eager_run(f, primals)
     out_leaves, out_tree = tree_flatten(out)
-    t_leaves, t_tree = tree_flatten(tuple(tangents))
+    t_leaves, t_tree = tree_flatten(tuple(tangents), like=in_tree)
     if t_tree != in_tree:
         raise ValueError("jvp: tangents must have the same structure as primals")
     nested = nested or _eager_nested(t_leaves)

@@ -371,14 +371,17 @@ def _lower(fn, target, transform, wrt, backend):
     # The standalone module cannot read the user's module at run time: the
     # arrays the function captured (globals, closure variables) are frozen
     # into it with the values they have now (Lowered.frozen lists them).
+    # Its C is specialised to these sizes (dynamic=False): a generic module
+    # takes its builder from tracegrad, which the standalone module must not.
     if transform == "forward":
-        return tg.compile(fn, backend=backend)._lower(xs, {}, capture="freeze")
+        return tg.compile(fn, backend=backend, dynamic=False)._lower(xs, {}, capture="freeze")
     if transform in ("grad", "value_and_grad", "jacobian", "hessian"):
         make = {"grad": tg.value_and_grad, "value_and_grad": tg.value_and_grad,
                 "jacobian": tg.jacobian, "hessian": tg.hessian}[transform]
-        return make(fn, argnums=argnums, backend=backend)._lower(xs, {}, capture="freeze")
+        return make(fn, argnums=argnums, backend=backend, dynamic=False)._lower(
+            xs, {}, capture="freeze")
     from tracegrad.runtime import cache, pipeline
-    fwd = tg.compile(fn, backend=backend)._lower(xs, {}, capture="freeze")
+    fwd = tg.compile(fn, backend=backend, dynamic=False)._lower(xs, {}, capture="freeze")
     n_out = len(fwd.graph.graph["outputs"])
     names = list(target.dyn)
     g2 = pipeline.transform(fwd.graph, transform, wrt)
@@ -393,7 +396,7 @@ def _lower(fn, target, transform, wrt, backend):
     src = fwd.key_parts.get("function", target.func_name)
     source = pipeline.generate(
         [(g2, transform, names, f"The {transform} of {src}: the {what}.")], fwd.backend,
-        source=src, transform=transform, key=key)
+        source=src, transform=transform, key=key, dynamic=False)
     lowered = Lowered(g2, source, key, parts, fwd.backend)
     lowered.frozen = fwd.frozen
     return lowered

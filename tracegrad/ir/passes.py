@@ -820,6 +820,54 @@ def _bounded(g, ordered, reductions):
     return [FusionGroup(run, shape, rs) for run, rs in zip(runs, red)]
 
 
+def _cut_on_cycle(g, groups, cycle, unit_of, index):
+    """``groups`` with one group of the contracted cycle ``cycle`` cut in
+    two, so that this cycle is gone, or None where no cut is found.
+
+    Each unit on the cycle is entered through a node b (an edge from the
+    previous unit) and left from a node c (an edge to the next).  Along the
+    cycle every edge goes forward in the topological order, so some group
+    is left from an earlier node than it is entered at (a single node is
+    entered and left at itself): cutting that group at b, into its nodes
+    before b and those from b on, puts c and b in different kernels, and
+    no path leads from the later part back into the earlier one.  A fused
+    sum stays with its operand.  (The projectile's reverse step of
+    benchmarks/loops.py: a cycle through the 0-d group of sqrt's adjoint
+    split its 7-node and 3-node kernels into single nodes; cut, it keeps
+    them.)"""
+    def members(u):
+        return list(groups[u[1]].nodes) + list(groups[u[1]].reductions) if u[0] == "g" else [u[1]]
+
+    edges = []      # one node edge (c, b) per edge of the cycle
+    for ua, ub, *_ in cycle:
+        pair = next(((a, b) for a in members(ua) for b in g.successors(a)
+                     if unit_of.get(b, ("n", b)) == ub), None)
+        if pair is None:
+            return None
+        edges.append(pair)
+    for k, (ua, ub, *_) in enumerate(cycle):
+        if ub[0] != "g":
+            continue
+        grp = groups[ub[1]]
+        b = edges[k][1]
+        c = edges[(k + 1) % len(edges)][0]
+        if c in grp.reductions:
+            c = ir.operands(g, c)[0]
+        if b not in grp.nodes or index[c] >= index[b]:
+            continue
+        first = [v for v in grp.nodes if index[v] < index[b]]
+        later = [v for v in grp.nodes if index[v] >= index[b]]
+        head = set(first)
+        parts = [FusionGroup(first, grp.shape,
+                             [r for r in grp.reductions if ir.operands(g, r)[0] in head]),
+                 FusionGroup(later, grp.shape,
+                             [r for r in grp.reductions if ir.operands(g, r)[0] not in head])]
+        out = [h for gi, h in enumerate(groups) if gi != ub[1]] + parts
+        out.sort(key=lambda h: index[h.nodes[0]])
+        return out
+    return None
+
+
 def _without_cycles(g, groups, index):
     """``groups`` with no cycle left in the contracted graph.
 
@@ -827,8 +875,9 @@ def _without_cycles(g, groups, index):
     third group's kernel (in through one of its nodes, out through another
     or through its fused sum) can still close a cycle once groups are
     contracted.  One linear check of the contracted graph finds it; while
-    there is one, the groups on it first give up their fused sums, then
-    their fusion (their nodes become kernels of one node each)."""
+    there is one, a group on it is cut in two (``_cut_on_cycle``); failing
+    that, the groups on it give up their fused sums, then their fusion
+    (their nodes become kernels of one node each)."""
     import networkx as nx
     while True:
         unit_of = {}
@@ -846,6 +895,10 @@ def _without_cycles(g, groups, index):
         if nx.is_directed_acyclic_graph(c):
             return groups
         cycle = nx.find_cycle(c)
+        cut = _cut_on_cycle(g, groups, cycle, unit_of, index)
+        if cut is not None:
+            groups = cut
+            continue
         on_cycle = sorted({u[1] for edge in cycle for u in edge[:2] if u[0] == "g"})
         if any(groups[gi].reductions for gi in on_cycle):
             for gi in on_cycle:

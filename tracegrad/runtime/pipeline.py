@@ -14,8 +14,15 @@ import os
 
 from tracegrad.frontend import captured
 from tracegrad.runtime import cache
+from tracegrad.targets.native import generic
 
 BACKENDS = ("numpy", "native")     # the ones TRACEGRAD_BACKEND may name
+
+# The native C texts this process generated, by skeleton: a text that differs
+# from an earlier one only in numbers (another batch size) is served by one
+# generic C build (docs/native.md, "Generic sizes").
+SIZES = generic.Registry()
+cache.on_clear_memory.append(SIZES.clear)
 
 
 def default_backend():
@@ -99,10 +106,12 @@ def split(joint, n_in, n_out):
     return fwd, bwd, n_residuals
 
 
-def generate(functions, backend="numpy", **header):
+def generate(functions, backend="numpy", dynamic=None, probe=None, **header):
     """Source of one module with a function per (graph, name, argument
     names, docstring): the NumPy target, or for backend "cupy" the CUDA
-    target's CuPy driver with the same function names."""
+    target's CuPy driver with the same function names.  ``dynamic`` and
+    ``probe`` (the same functions at other sizes) are the native target's
+    generic sizes (docs/native.md); sizes are no constants of the others."""
     if backend == "cupy":
         from tracegrad.targets.cuda import codegen as cuda
         return cuda.generate_driver(functions, **header)
@@ -111,7 +120,8 @@ def generate(functions, backend="numpy", **header):
         rec, why = toolchain.available()
         if rec is not None:
             from tracegrad.targets.native import codegen as native
-            return native.generate_driver(functions, rec=rec, **header)
+            return native.generate_driver(functions, rec=rec, sizes=SIZES, dynamic=dynamic,
+                                          probe=probe, **header)
         toolchain.fallback_notice(why)
     from tracegrad.targets.numpy import codegen
     return codegen.generate_numpy(functions, **header)
@@ -147,6 +157,11 @@ def load(khash, parts, make_source, explain_as=None):
         try:
             ns = cache.store(khash, source, parts)
         except Exception as e:  # noqa: BLE001 -- only a failed native build is handled
+            if type(e).__name__ == "NativeBuildError" and _generic_refused(source):
+                # a generic-size text that did not build: this size is built
+                # specialised (make_source now gives its own C)
+                cache.discard(khash)
+                return load(khash, parts, make_source, explain_as)
             ns = _native_failed(e, khash, parts, make_source)
         else:
             if ns.get("_lib") is not None:      # a native module built and loaded
@@ -155,6 +170,23 @@ def load(khash, parts, make_source, explain_as=None):
     cache.note_target(ns.get("TARGET") or ("cupy" if parts.get("backend") == "cupy"
                                            else "numpy"))
     return ns
+
+
+def _generic_refused(source):
+    """Was ``source`` a generic-size module (its C now refused for this process)?"""
+    i = source.find("\nC_SOURCE = ")
+    if i < 0 or "\n_lib, _ENTRY = _builder.shared_library(" not in source:
+        return False
+    import ast
+    j = source.index("\n# The build recipe", i)
+    # the C text: the one string literal the generator wrote there
+    c_source = ast.literal_eval(ast.parse(source[i:j].strip()).body[0].value)
+    if not SIZES.refuse(c_source):
+        return False
+    import logging
+    logging.getLogger("tracegrad.native").info(
+        "tracegrad: a generic-size C text did not build; its sizes are built one by one")
+    return True
 
 
 def _native_failed(e, khash, parts, make_source):

@@ -40,3 +40,16 @@ def whole_enabled():
     driver structure with a C kernel per fused group."""
     return (os.environ.get("TRACEGRAD_NATIVE_WHOLE") or "1").strip().lower() \
         not in ("0", "off", "no", "false")
+
+
+def shared_library(source, module_file, rec):
+    """(library, entry) of a generic C text (``generic.Template``) for the
+    module at ``module_file``: the object another module of the same text
+    built is linked beside it, so the text is built once for all the sizes
+    it serves.  Generic modules take their sizes through the extension's
+    ``tg_enter``, so they need the extension entry."""
+    lib, entry = loader()["load_library"](source, module_file, rec)
+    if entry != "python":
+        raise build_error()("a generic-size module needs the extension entry (Python's and "
+                            "NumPy's C headers), which this build did not get")
+    return lib, entry

@@ -299,19 +299,38 @@ class Function(cstyle.Function):
 
 # Kernels of at least PARALLEL_MIN elements (PARALLEL_MIN_MATH where the loop
 # calls a math function: sin, exp, ...) split their loop among the recipe's
-# threads (TRACEGRAD_NUM_THREADS); below that waking a second thread costs
-# more than it saves (measured in docs/native.md, "Threads").
-PARALLEL_MIN = 1 << 15
+# threads (TRACEGRAD_NUM_THREADS, default the cores); below that a second
+# thread did not pay on this project's 2-core machine (docs/native.md,
+# "Threads": sum(x * 2 + y) 1.31x slower on two threads at 32,768 elements,
+# 0.97x at 65,536; W2's math 0.55x at 16,384), and a threaded kernel still
+# measures whether its threads pay as the program runs (tg_par_threads).
+PARALLEL_MIN = 1 << 16
 PARALLEL_MIN_MATH = 1 << 14
 _CALL_RE = re.compile(r"\b(" + "|".join(_MATH) + r")f?\(")
 
 
 def threaded(kern):
     """Is this kernel's loop split among threads (when the recipe has them)?"""
-    if kern.n >= PARALLEL_MIN:
-        return True
-    return kern.n >= PARALLEL_MIN_MATH and any(_CALL_RE.search(s["code"] or "")
-                                               for s in kern.body)
+    return thread_count(kern) > 1
+
+
+def thread_count(kern):
+    """How many threads this kernel's loop may use (at most the recipe's):
+    1 below its threshold, else one per half a threshold of elements, so
+    each thread gets at least the work that paid for a second one."""
+    least = PARALLEL_MIN_MATH if any(_CALL_RE.search(s["code"] or "") for s in kern.body) \
+        else PARALLEL_MIN
+    return 1 if kern.n < least else max(2, kern.n // max(1, least // 2))
+
+
+# The block of a fused sum (TG_BLOCK in codegen_templates/native_helpers.h).
+TG_BLOCK = 256
+
+# Kernels of at most UNROLL_MAX elements are loops the compiler unrolls
+# (#pragma GCC unroll) instead of vector loops: a float64[3] state's step in
+# benchmarks/loops.py took 32 ns with 3-element vector loops, 26 ns unrolled
+# (docs/native.md, "Loops").
+UNROLL_MAX = 8
 
 
 # Below this many element operations a call runs its C code without
@@ -373,15 +392,24 @@ def row_loop(kern):
     inner = [{"code": f"const long long c{last} = i - base;",
               "comment": f"index along axis {last} of [{shape}]"}] if last in axes else []
     return {"rows": kern.n // int(S[last]), "length": int(S[last]), "outer": outer,
+            "chunk": max(1, 4096 // int(S[last])),     # rows a thread takes at a time
             "inner": inner}
 
 
 def c_source(functions, lowered, g_of, rec, header=()):
     kernels, entries, wholes, whole_entries, decls, protos = [], [], [], [], [], []
 
-    def kernel_dict(kern, g):
+    def kernel_dict(kern, g, inline=False):
         k = kern.render_dict(g)
-        k["parallel"] = threaded(kern)
+        k["threads"] = thread_count(kern)
+        k["parallel"] = k["threads"] > 1
+        # a fused sum over one block needs no pairwise counter (whose struct
+        # a small kernel in a loop body would clear at every step)
+        k["one_block"] = bool(kern.accs) and kern.n <= TG_BLOCK and not k["parallel"]
+        k["inline"] = inline
+        # a few elements: unrolled (then the values stay in registers)
+        # rather than a vector loop with a remainder
+        k["unroll"] = kern.n <= UNROLL_MAX and not k["parallel"]
         k["rows"] = row_loop(kern)
         if k["rows"]:
             k["coords"] = k["rows"]["inner"]
@@ -393,7 +421,7 @@ def c_source(functions, lowered, g_of, rec, header=()):
     for f in lowered:
         if isinstance(f, whole.WholeFunction):
             for kern, g in f.kernels:
-                kernels.append(kernel_dict(kern, g))
+                kernels.append(kernel_dict(kern, g, kern.name in f.inline))
             head, defs = f.c_pieces()
             if head:
                 decls.append(head)
@@ -412,12 +440,16 @@ def c_source(functions, lowered, g_of, rec, header=()):
     # builder to compile as several translation units in parallel
     size = sum(len(k["body"]) + len(k["stores"]) + 30 for k in kernels) + \
         sum(w.count("\n") + 1 for w in wholes) + 45 * (len(entries) + len(whole_entries))
+    units = size > UNIT_LINES and len(kernels) + len(wholes) > 1
+    if units:       # a kernel and its caller may land in different units
+        for k in kernels:
+            k["inline"] = False
     return templates.environment().get_template("native_kernels.c.j2").render(
         version=__version__, header=list(header), kernels=kernels, vector_math=funcs,
-        parallel_min=PARALLEL_MIN, parallel_min_math=PARALLEL_MIN_MATH,
+        parallel_min=PARALLEL_MIN, parallel_min_math=PARALLEL_MIN_MATH, unroll_max=UNROLL_MAX,
         vector_decls=loader["vector_math_decls"](funcs), entries=entries, wholes=wholes,
         whole_entries=whole_entries, gil_min=GIL_MIN_WORK, decls=decls, protos=protos,
-        units=size > UNIT_LINES and len(kernels) + len(wholes) > 1)
+        units=units)
 
 
 # A C file of more than about this many lines is marked for the builder
@@ -465,19 +497,39 @@ def _array_args(f, g):
     return [a for a, v in zip(f.args, g.graph["inputs"]) if g.nodes[v]["dtype"] != object]
 
 
-def generate_driver(functions, source="", transform="", key="", rec=None, standalone=False):
+def generate_driver(functions, source="", transform="", key="", rec=None, standalone=False,
+                    sizes=None, dynamic=None, probe=None):
     """Source of one Python module holding a function per (graph, name, arg
     names, docstring) in ``functions``, with the kernels of all of them in
     one C file.  ``standalone``: the module finds the compiler itself when
     imported (CC or cc) instead of using the recipe tracegrad chose, which
-    ``rec`` is otherwise (``runtime.toolchain.recipe()``)."""
+    ``rec`` is otherwise (``runtime.toolchain.recipe()``).
+
+    ``sizes``: the process's ``generic.Registry`` of C texts by skeleton
+    (None: the C is specialised to these sizes); ``dynamic``: None (generic
+    once a skeleton was seen with other numbers), True (generic at once,
+    against ``probe``: the same functions traced at other sizes), False
+    (never generic).  ``probe``: lists of functions like ``functions`` at
+    other sizes.  A generic module's C reads its sizes at run time and
+    is built once for every size it serves (docs/native.md, "Generic sizes")."""
     if rec is None and not standalone:
         raise ValueError("codegen (native): a driver needs the build recipe, or standalone=True")
     module, lowered, g_of = _lower(functions)
     csrc = c_source(functions, lowered, g_of, rec if not standalone else None)
+    values = None
+    if sizes is not None and not standalone and dynamic is not False and \
+            rec.get("entry") == "python" and builder.loader()["_numpy_include"]() is not None:
+        probes = []
+        for fns in (probe or []) if dynamic else []:
+            _, p_lowered, p_g_of = _lower(fns)
+            probes.append(c_source(fns, p_lowered, p_g_of, rec))
+        csrc, values = sizes.resolve(csrc, bool(dynamic), probes)
     return templates.environment().get_template("native_driver.py.j2").render(
         version=__version__, source=source, transform=transform, key=key,
         c_source=cstyle.py_string(csrc),
+        generic=None if values is None else {
+            "ints": values[0], "floats": values[1],
+            "public": [f.name for f in lowered if f not in module.extra]},
         recipe=repr(None if standalone else {k: v for k, v in rec.items() if k != "presumed"}),
         loader=builder.loader_text(), needs_math=module.needs_math,
         needs_base64=module.needs_base64, helpers=module.helpers,

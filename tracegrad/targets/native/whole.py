@@ -135,6 +135,9 @@ class WholeFunction:
         if expression is not None:
             WHOLE.expression = expression
         self.kernels = []        # (Kernel, graph)
+        self.inline = set()      # names of the kernels in loop bodies (see INLINE_MAX_NODES)
+        self._inlined = 0        # their nodes
+        self._loops = 0          # depth of the loop bodies being emitted
         self.decls = []          # C declarations at the top of the function
         self.frees = []
         self.allocs = []
@@ -425,6 +428,9 @@ class WholeFunction:
             return self._const(g, u, names, top)
         kern = cstyle.Kernel(kname, grp, g, kn, const_name, WHOLE)
         self.kernels.append((kern, g))
+        if self._loops and self._inlined + len(grp.nodes) <= INLINE_MAX_NODES:
+            self.inline.add(kname)
+            self._inlined += len(grp.nodes)
         self.work += self._mult * kern.n
         repl = {}
         for v, var in kern.outputs:
@@ -457,10 +463,16 @@ class WholeFunction:
             cb = self._buf(ct, _size(av.shape), f"%{v} scan carry {j}")
             carry.append(cb)
             L.append(f"{ind}memcpy({cb}, {args[j]}, {_size(av.shape)} * sizeof({ct}));")
+        # stacked ys that nothing reads (no proj of them is left) get no
+        # buffer and no store per step (the projectile's positions, stored
+        # for a reverse loop that reads only the velocities)
+        read = {g.nodes[w]["attrs"]["index"] for w in g.successors(v)
+                if g.nodes[w]["op"] == "proj" and self._read(g, w)}
         ys = []
         for j, av in enumerate(avals[nc:]):
             ys.append(self._buf(cstyle.ctype(av.dtype), _size(av.shape),
-                                f"%{v} scan ys {j} {av.dtype}{list(av.shape)}"))
+                                f"%{v} scan ys {j} {av.dtype}{list(av.shape)}")
+                      if nc + j in read else None)
         xs = args[nc:nc + nx_]
         consts = args[nc + nx_:]
         k = f"_k{uid}"
@@ -487,10 +499,14 @@ class WholeFunction:
         for j, c in enumerate(consts):
             bn[bins[pos + j]] = c
         self._mult *= n
+        self._loops += 1
         self._emit(bg, bn, ind2, top=False)
+        self._loops -= 1
         self._mult //= n
         bouts = bg.graph["outputs"]
         for j, u in enumerate(bouts[nc:]):
+            if ys[j] is None:
+                continue
             av = avals[nc + j]
             m = _size(av.shape[1:])
             ct = cstyle.ctype(av.dtype)
@@ -519,6 +535,29 @@ class WholeFunction:
                 L.append(f"{ind2}memcpy({carry[j]}, {t}, {m} * sizeof(*{t}));")
         L.append(f"{ind}}}")
         return carry + ys
+
+    def _read(self, g, w):
+        """Is node w's value read?  An output is; a loop that takes it as
+        an xs operand its body never uses (the reverse loop of a gradient
+        gets every stacked value of the forward loop) does not read it."""
+        if w in g.graph["outputs"]:
+            return True
+        for u in g.successors(w):
+            d = g.nodes[u]
+            if d["op"] != "scan":
+                return True
+            a = d["attrs"]
+            bg = _body_graph(a["body"], self._memo)
+            bins = list(bg.graph["inputs"])
+            first = 1 if a["start"] is not None else 0
+            for k, x in enumerate(ir.operands(g, u)):
+                if x != w:
+                    continue
+                b = bins[first + k]
+                if k < a["n_carry"] or any(True for _ in bg.successors(b)) or \
+                        b in bg.graph["outputs"]:
+                    return True
+        return False
 
     # --- the C text -----------------------------------------------------------------------
 
@@ -623,6 +662,14 @@ class WholeFunction:
         defs.append("\n".join(out))
         return "\n".join(head), defs
 
+
+# The kernels of a loop body are ``static inline`` (up to this many graph
+# nodes in all per whole function): a call per kernel and step, and the
+# small buffers between kernels, cost more than the arithmetic of a small
+# state (the projectile of benchmarks/loops.py: 167 us a gradient of 3,000
+# steps with calls, 103 us inlined, docs/native.md).  Top-level kernels stay
+# calls: the compiler's time on one function grows faster than its size.
+INLINE_MAX_NODES = 2000
 
 # A whole function of more than PART_LINES lines of statements is cut into
 # parts of about that many (``WholeFunction.parts``).
