@@ -57,3 +57,30 @@ def test_requires_grad_draws_inside_compiled_code_are_refused():
     f = tg.compile(lambda x: x * torch.randn(3, requires_grad=True))
     with pytest.raises(TypeError, match="requires_grad=True"):
         f(torch.ones(3))
+
+
+def test_torch_compile_keywords():
+    import logging
+    m = nn.Linear(3, 2)
+    x = torch.ones(4, 3)
+    want = m(x).detach().numpy()
+    assert torch.compile(m, disable=True) is m
+    for kw in ({"mode": "max-autotune"}, {"backend": "inductor"}, {"backend": "eager"},
+               {"fullgraph": True, "mode": "reduce-overhead"}, {"options": {}}):
+        np.testing.assert_allclose(torch.compile(m, **kw)(x).detach().numpy(), want, rtol=1e-6)
+    with pytest.raises(RuntimeError, match="Unrecognized mode"):
+        torch.compile(m, mode="fastest")
+    with pytest.raises(ValueError, match="options"):
+        torch.compile(m, options={"trace.enabled": True})
+
+    def prints(x):          # a graph break: fullgraph=True raises as torch does
+        if x.sum() > 0:
+            print("positive")
+        return x * 2
+    logging.getLogger("tracegrad").disabled = True
+    try:
+        np.testing.assert_allclose(torch.compile(prints)(x).numpy(), 2 * x.numpy())
+    finally:
+        logging.getLogger("tracegrad").disabled = False
+    with pytest.raises(Exception, match="print"):
+        torch.compile(prints, fullgraph=True)(x)

@@ -1214,8 +1214,15 @@ def _wrt_desc(wrt, names):
 
 # --- the public functions -----------------------------------------------------------------
 
+# torch.compile's backend names: "inductor" (its default) is ours (native C
+# where a compiler works); "eager" and "aot_eager" run the captured graph
+# without a code generator of their own: the NumPy target
+_TORCH_BACKENDS = {"inductor": None, "eager": "numpy", "aot_eager": "numpy"}
+_TORCH_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
 def compile(fn=None, *, backend=None, static_argnums=(), static_argnames=(), fallback=True,
-            dynamic=None):
+            dynamic=None, fullgraph=False, mode=None, options=None, disable=False):
     """Compile ``fn`` (plain NumPy or Tensor code) to generated NumPy code,
     traced once per input signature and cached in memory and on disk.
 
@@ -1232,7 +1239,26 @@ def compile(fn=None, *, backend=None, static_argnums=(), static_argnames=(), fal
     Usable as ``@tg.compile`` or ``@tg.compile(static_argnums=...)``.  An
     object whose class says how it compiles (``__tracegrad_compile__``: an
     ``nn.Module`` gives an ``OptimizedModule``, as ``torch.compile``) is
-    compiled that way."""
+    compiled that way.
+
+    torch.compile's keywords: ``fullgraph=True`` is ``fallback=False`` (a
+    graph break raises), ``disable=True`` returns ``fn`` itself, ``backend=``
+    also takes "inductor" (the default) and "eager"/"aot_eager" (the NumPy
+    target), ``mode=`` takes torch's modes and changes nothing (tracegrad
+    has one way to compile), ``options=`` must be empty (Inductor's settings
+    have no counterpart here)."""
+    if disable:
+        return fn if fn is not None else (lambda f: f)
+    if isinstance(backend, str) and backend in _TORCH_BACKENDS:
+        backend = _TORCH_BACKENDS[backend]
+    if mode not in _TORCH_MODES:
+        raise RuntimeError(f"Unrecognized mode={mode!r}, should be one of: "
+                           f"{', '.join(m for m in _TORCH_MODES if m)}")
+    if options:
+        raise ValueError(f"tg.compile(options={options!r}): torch Inductor's settings have no "
+                         f"counterpart in tracegrad; leave options out")
+    if fullgraph:
+        fallback = False
     if fn is None:
         return lambda f: compile(f, backend=backend, static_argnums=static_argnums,
                                  static_argnames=static_argnames, fallback=fallback,
