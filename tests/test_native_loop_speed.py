@@ -4,8 +4,6 @@ NumPy target: loop-body kernels inlined and small loops unrolled, one-block
 sums without the pairwise counter, fusion cut (not dissolved) where a cycle
 runs through a third kernel, the fast call path with static arguments, and
 the thread count of each kernel from its size."""
-import os
-
 import numpy as np
 import pytest
 
@@ -221,9 +219,8 @@ def test_a_threaded_kernel_runs_the_faster_way_and_tries_the_other_now_and_then(
     from test_native import _have_openmp
     if not _have_openmp():
         pytest.skip("the C compiler has no OpenMP")
-    import tracegrad
-    helpers = os.path.join(os.path.dirname(os.path.dirname(tracegrad.__file__)),
-                           "codegen_templates")
+    from tracegrad.targets import templates
+    helpers = templates.template_dir()     # where the installed package keeps native_helpers.h
     (tmp_path / "adapt.c").write_text(_ADAPT)
     cc = toolchain.recipe()["cc"]
     subprocess.run([*cc, "-O2", "-std=gnu11", "-fopenmp", "-DTG_NUM_THREADS=2", "-I", helpers,
