@@ -217,6 +217,17 @@ def test_linear_ode_time_points_closed_form(f):
     np.testing.assert_allclose(g, np.concatenate([[k * y.sum()], -k * y]), rtol=1e-8)
     H = tg.hessian(f, fallback=False)(t)
     np.testing.assert_allclose(np.diag(H)[1:], k * k * y, rtol=1e-7)
+    # compile=False: the same first derivative (f(y_i, t_i) and -S_y0 f(y0, t0))
+    value, g = tg.value_and_grad(f, compile=False)(t)
+    np.testing.assert_allclose(g, np.concatenate([[k * y.sum()], -k * y]), rtol=1e-8)
+
+
+def test_solve_ivp_time_points_need_t_eval_with_compile_false():
+    def f(ts):
+        return np.sum(scipy.integrate.solve_ivp(lambda t, y: -y, (ts[0], ts[1]),
+                                                np.array([1.0])).y)
+    with pytest.raises(NotImplementedError, match="t_eval"):
+        tg.grad(f, compile=False)(np.array([0.0, 1.0]))
 
 
 # --- quad: the integral of the integrand's derivative, Leibniz for the limits ------------------

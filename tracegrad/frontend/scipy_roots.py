@@ -285,7 +285,7 @@ def _quad(original, func, a, b, args=(), *rest, **kwargs):
 
 # --- ODEs: forward sensitivities --------------------------------------------------------------
 
-def _sensitivities(qualname, rhs, y0, args, integrate):
+def _sensitivities(qualname, rhs, y0, args, integrate, with_y0=False):
     """dy(t)/d(theta, y0) of y' = rhs(y, t, *args) by forward sensitivities:
     S' = f_y S + f_theta, S(0) = [0 | I], integrated by ``integrate(aug, z0)``
     (SciPy's solver, on plain numbers; the Jacobians by the eager engine).
@@ -294,7 +294,8 @@ def _sensitivities(qualname, rhs, y0, args, integrate):
     from tracegrad.eager.tensor import NumpyTensor
     from tracegrad.eager.grad_mode import enable_grad
     thetas = [v for v in _values((rhs, args)) if getattr(v, "requires_grad", False)]
-    y0_diff = is_value(y0) and getattr(y0, "requires_grad", False)
+    # with_y0: dy/dy0 too (a derivative in the initial time needs it)
+    y0_diff = with_y0 or (is_value(y0) and getattr(y0, "requires_grad", False))
     y0p = np.ravel(np.asarray(_float_array(y0), float))
     n = y0p.size
     sizes = [int(np.prod(tuple(t.shape), dtype=int)) for t in thetas]
@@ -333,14 +334,49 @@ def _sensitivities(qualname, rhs, y0, args, integrate):
     return Z, n, q, thetas, y0_diff
 
 
-def _with_sensitivities(qualname, Y, S, thetas, y0, y0_diff):
+def _with_sensitivities(qualname, Y, S, thetas, y0, y0_diff, extra=None):
     """Y (SciPy's values, (..., n)) with the derivative S (..., n, q) in
-    (theta..., y0): Y + (s - stop_gradient(s)), s = S @ [theta; y0]."""
+    (theta..., y0), plus ``extra`` (the time points' terms):
+    Y + (s - stop_gradient(s)), s = S @ [theta; y0] + extra."""
     from tracegrad.ops._define import _ops
-    parts = [t.reshape(-1) for t in thetas] + ([y0.reshape(-1)] if y0_diff else [])
-    v = _ops.concatenate(parts, axis=0) if len(parts) > 1 else parts[0]
-    s = first_order((v * S).sum(axis=-1), qualname)
+    y0v = y0 if is_value(y0) else np.asarray(_float_array(y0), float)
+    parts = [t.reshape(-1) for t in thetas] + ([y0v.reshape(-1)] if y0_diff else [])
+    s = None
+    if parts:
+        v = _ops.concatenate(parts, axis=0) if len(parts) > 1 else parts[0]
+        s = (v * S).sum(axis=-1)
+    if extra is not None:
+        s = extra if s is None else s + extra
+    s = first_order(s, qualname)
     return (s - s.detach()) + Y
+
+
+def _time_terms(f, Y, times, S, t0, y0, skip_first=False):
+    """The time points' part of the derivative of Y[i] = y(times[i]) of an
+    ODE y' = f(y, t) from (t0, y0): dY[i] = f(Y[i], t_i) dt_i - S_y0[i]
+    f(y0, t0) dt0 (S_y0: dy(t_i)/dy0, the last n columns of S).  ``times``
+    and ``t0`` are values or numbers; ``skip_first``: Y[0] is y0 itself
+    (odeint), independent of every time point.  A value of shape Y's, or
+    None when no time point is differentiated."""
+    tv = times if is_value(times) and getattr(times, "requires_grad", False) else None
+    t0v = t0 if is_value(t0) and getattr(t0, "requires_grad", False) else None
+    if tv is None and t0v is None:
+        return None
+    n = Y.shape[-1]
+    ts = np.ravel(np.asarray(_float_array(times), float))
+    F = np.stack([np.ravel(np.asarray(_as_plain(f(Y[i], ts[i])), float)) for i in range(len(ts))])
+    G = -(S[..., -n:] @ np.ravel(np.asarray(_as_plain(f(np.asarray(_float_array(y0), float)
+                                                          .ravel(), _float(t0))), float)))
+    if skip_first:
+        F[0] = 0.0
+        G[0] = 0.0
+    out = None
+    if tv is not None:
+        out = tv.reshape(-1, 1) * F
+    if t0v is not None:
+        term = t0v * G
+        out = term if out is None else out + term
+    return out
 
 
 def _odeint(original, func, y0, t, args=(), *rest, **kwargs):
@@ -354,10 +390,7 @@ def _odeint(original, func, y0, t, args=(), *rest, **kwargs):
     if _tracing(func, args, y0, t):
         return _graph_odeint(func, y0, t, args, rest, kwargs)
     values = _values((func, args))
-    if is_value(t) and getattr(t, "requires_grad", False):
-        raise NotImplementedError(f"{qualname}: a derivative in the time points with "
-                                  f"compile=False is not supported by tracegrad; a compiled "
-                                  f"transform gives it")
+    t_diff = is_value(t) and getattr(t, "requires_grad", False)
     if rest or any(k in kwargs for k in ("Dfun", "full_output")):
         if rest or kwargs.get("Dfun") is not None or kwargs.get("full_output"):
             raise NotImplementedError(f"{qualname}: Dfun, full_output and positional options "
@@ -366,14 +399,17 @@ def _odeint(original, func, y0, t, args=(), *rest, **kwargs):
     y0p = np.asarray(_float_array(y0), float)
     plain = _plain_vec(func)
     Y = original(plain, y0p, ts, tuple(args), **kwargs)
-    if not (any(getattr(v, "requires_grad", False) for v in values)
+    if not (t_diff or any(getattr(v, "requires_grad", False) for v in values)
             or (is_value(y0) and getattr(y0, "requires_grad", False))):
         return Y
     kw = {k: v for k, v in kwargs.items() if k != "tfirst"}
     Z, n, q, thetas, y0_diff = _sensitivities(
-        qualname, rhs, y0, args, lambda aug, z0: original(aug, z0, ts, **kw))
+        qualname, rhs, y0, args, lambda aug, z0: original(aug, z0, ts, **kw), with_y0=t_diff)
     S = Z[:, n:].reshape(len(ts), n, q)
-    return _with_sensitivities(qualname, Y, S, thetas, y0, y0_diff)
+    plain_rhs = _plain_vec(rhs)
+    extra = _time_terms(lambda y, tt: plain_rhs(y, tt, *args), Y, t, S,
+                        t[0] if t_diff else ts[0], y0, skip_first=True)
+    return _with_sensitivities(qualname, Y, S, thetas, y0, y0_diff, extra)
 
 
 def _solve_ivp(original, fun, t_span, y0, method="RK45", t_eval=None, dense_output=False,
@@ -384,10 +420,11 @@ def _solve_ivp(original, fun, t_span, y0, method="RK45", t_eval=None, dense_outp
         return _graph_solve_ivp(fun, t_span, y0, method, t_eval, dense_output, events,
                                 vectorized, args, options)
     values = _values((fun, args))
-    if any(getattr(v, "requires_grad", False) for v in _values((t_span, t_eval))):
-        raise NotImplementedError(f"{qualname}: a derivative in the time points (t_span, "
-                                  f"t_eval) with compile=False is not supported by tracegrad; "
-                                  f"a compiled transform gives it")
+    t_diff = any(getattr(v, "requires_grad", False) for v in _values((t_span, t_eval)))
+    if t_diff and t_eval is None:
+        raise NotImplementedError(f"{qualname}: a derivative in t_span at the solver's own "
+                                  f"output times (no t_eval) is not defined; pass t_eval "
+                                  f"(the times you read the solution at)")
     if dense_output or events is not None or vectorized:
         if values:
             raise NotImplementedError(f"{qualname}: dense_output, events and vectorized are "
@@ -398,7 +435,7 @@ def _solve_ivp(original, fun, t_span, y0, method="RK45", t_eval=None, dense_outp
     plain = _plain_vec(fun)
     res = original(plain, span, y0p, method, te, dense_output, events, vectorized,
                    tuple(args) or None, **options)
-    if not (any(getattr(v, "requires_grad", False) for v in values)
+    if not (t_diff or any(getattr(v, "requires_grad", False) for v in values)
             or (is_value(y0) and getattr(y0, "requires_grad", False))):
         return res
     # the sensitivities at the solver's own output times, by the same method
@@ -406,9 +443,14 @@ def _solve_ivp(original, fun, t_span, y0, method="RK45", t_eval=None, dense_outp
     Z, n, q, thetas, y0_diff = _sensitivities(
         qualname, lambda y, tt, *a: fun(tt, y, *a), y0, args,
         lambda aug, z0: original(lambda tt, z: aug(z, tt), span, z0, method, times,
-                                 **options).y.T)
+                                 **options).y.T, with_y0=t_diff)
     S = Z[:, n:].reshape(len(times), n, q)
-    res.y = _with_sensitivities(qualname, res.y.T, S, thetas, y0, y0_diff).T
+    plain_fun = _plain_vec(lambda y, tt, *a: fun(tt, y, *a))
+    extra = None
+    if t_diff:   # the outputs are at t_eval: t_span[1] only bounds them
+        extra = _time_terms(lambda y, tt: plain_fun(y, tt, *args), res.y.T, t_eval, S,
+                            t_span[0], y0)
+    res.y = _with_sensitivities(qualname, res.y.T, S, thetas, y0, y0_diff, extra).T
     return res
 
 
