@@ -356,8 +356,7 @@ def whole_entry(f):
     call = [f"in{j}" for j in range(n_in)] + [
         f"&s{p}" if o["scalar"] else f"({o['ctype']}*)PyArray_DATA((PyArrayObject*)out[{p}])"
         for p, o in enumerate(outs)]
-    return {"name": f.cname, "ins": ins, "outs": outs, "work": f.work, "call_args": call,
-            "gil": f.work >= GIL_MIN_WORK}
+    return {"name": f.cname, "ins": ins, "outs": outs, "work": f.work, "call_args": call}
 
 
 # A kernel that reads an operand through broadcast strides loops over the
@@ -431,9 +430,8 @@ def c_source(functions, lowered, g_of, rec, header=()):
             continue
         for kern in f.kernels:
             k = kernel_dict(kern, g_of[id(f)])
-            k["gil"] = kern.n >= GIL_MIN_WORK
             kernels.append(k)
-            entries.append({"name": k["name"], "args": k["args"], "n": kern.n, "gil": k["gil"]})
+            entries.append({"name": k["name"], "args": k["args"], "n": kern.n})
     loader = builder.loader()
     funcs = rec["vector_math"] if rec else []
     # about how many lines the file has: a large one is marked for the
