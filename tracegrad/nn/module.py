@@ -9,12 +9,12 @@ so an optimizer step between calls is seen.
 """
 from __future__ import annotations
 
-import itertools
 from collections import OrderedDict, namedtuple
 
 import numpy as np
 
 from tracegrad import api
+from tracegrad.eager.graph import RemovableHandle  # what register_*_hook returns
 from tracegrad.eager.tensor import Tensor
 from tracegrad.eager.grad_mode import no_grad
 from tracegrad.nn import functional as F
@@ -32,24 +32,6 @@ class _IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpec
         return super().__repr__()
 
     __str__ = __repr__
-
-
-class RemovableHandle:
-    """What register_*_hook returns: ``handle.remove()`` takes the hook out."""
-    _next_id = itertools.count()
-
-    def __init__(self, hooks_dict):
-        self.hooks_dict = hooks_dict
-        self.id = next(RemovableHandle._next_id)
-
-    def remove(self):
-        self.hooks_dict.pop(self.id, None)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.remove()
 
 
 def _addindent(s, n):

@@ -16,6 +16,7 @@ from collections import OrderedDict, defaultdict
 
 import numpy as np
 
+from tracegrad.eager.graph import RemovableHandle
 from tracegrad.eager.tensor import Tensor
 from tracegrad.eager.grad_mode import no_grad
 from tracegrad.ops import primitives
@@ -29,17 +30,6 @@ class _Required:
 
 
 required = _Required()
-
-
-class _Handle:
-    _ids = itertools.count()
-
-    def __init__(self, hooks):
-        self.hooks = hooks
-        self.id = next(_Handle._ids)
-
-    def remove(self):
-        self.hooks.pop(self.id, None)
 
 
 def _xp(a):
@@ -191,12 +181,12 @@ class Optimizer:
         raise NotImplementedError
 
     def register_step_pre_hook(self, hook):
-        h = _Handle(self._optimizer_step_pre_hooks)
+        h = RemovableHandle(self._optimizer_step_pre_hooks)
         self._optimizer_step_pre_hooks[h.id] = hook
         return h
 
     def register_step_post_hook(self, hook):
-        h = _Handle(self._optimizer_step_post_hooks)
+        h = RemovableHandle(self._optimizer_step_post_hooks)
         self._optimizer_step_post_hooks[h.id] = hook
         return h
 
