@@ -269,6 +269,8 @@ class _Ufunc:
         return self._uf.at(*args, **kwargs)
 
     def reduce(self, *args, **kwargs):
+        if self.__name__ not in CUPY_REDUCE_UFUNCS:   # as CuPy says it
+            raise NotImplementedError(f"`cupy_{self.__name__}.reduce` is not supported yet")
         return _wrap(self._uf.reduce(*args, **kwargs))
 
 
@@ -288,6 +290,8 @@ reciprocal remainder repeat reshape result_type rint roll round sign sin sinc si
 square squeeze stack subtract sum swapaxes take tan tanh tensordot tile transpose trunc copyto
 true_divide var std where zeros zeros_like frexp ldexp real imag conj conjugate
 """.split())
+# The ufuncs whose ``.reduce`` CuPy implements (14.x): any other raises there.
+CUPY_REDUCE_UFUNCS = frozenset({"add", "multiply"})
 CUPY_CONSTANTS = frozenset("""
 float16 float32 float64 int8 int16 int32 int64 uint8 uint16 uint32 uint64 bool_ complex64
 complex128 dtype newaxis nan inf pi e
@@ -423,3 +427,13 @@ def load_driver(source, cupy_module=None):
         else:
             sys.modules["cupy"] = saved
     return ns
+
+
+def to_host(a):
+    """A NumPy array of ``a``, whether it is a NumPy array, the stand-in's
+    device array or a real CuPy array (which refuses ``np.asarray``: tests
+    that run on a real GPU too, with TRACEGRAD_TEST_ON_GPU=1, read results
+    through this)."""
+    if type(a).__module__.startswith("cupy"):
+        return a.get()
+    return np.asarray(a)

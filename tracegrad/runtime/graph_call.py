@@ -392,15 +392,22 @@ def _trace_flat(fn, primals, backend, what="vjp"):
     return trace, out_tree, tree, arrays, names, name
 
 
-_VJP_CACHE = cache.LRU(cache.DEFAULT_MEMORY_CACHE_SIZE)   # structure hash -> GraphFunction
+_VJP_CACHE = cache.LRU(cache.DEFAULT_MEMORY_CACHE_SIZE)   # (structure, target) -> GraphFunction
+
+
+def _cached_graph_function(trace, names, name):
+    """The GraphFunction of a traced call, one per graph and target: the same
+    graph called with NumPy and with CuPy arrays needs two generated modules."""
+    key = (trace.structure_hash(), trace.backend)
+    gf = _VJP_CACHE.get(key)
+    if gf is None:
+        gf = _VJP_CACHE[key] = GraphFunction.from_trace(trace, names, name)
+    return gf
 
 
 def vjp(fn, primals, has_aux, backend):
     trace, out_tree, in_tree, arrays, names, name = _trace_flat(fn, primals, backend, "vjp")
-    key = trace.structure_hash()
-    gf = _VJP_CACHE.get(key)
-    if gf is None:
-        gf = _VJP_CACHE[key] = GraphFunction.from_trace(trace, names, name)
+    gf = _cached_graph_function(trace, names, name)
     fwd = gf.derived("vjp_fwd")
     bwd = gf.derived("vjp_bwd")
     outs = fwd.run(*arrays, *trace.implicit)   # the captured state, read now
@@ -452,10 +459,7 @@ def jvp(fn, primals, tangents, backend):
         if t.shape != a.shape:
             raise ValueError(f"jvp: tangent of shape {t.shape} for a primal of shape {a.shape}")
         t_arrays.append(t)
-    key = trace.structure_hash()
-    gf = _VJP_CACHE.get(key)
-    if gf is None:
-        gf = _VJP_CACHE[key] = GraphFunction.from_trace(trace, names, name)
+    gf = _cached_graph_function(trace, names, name)
     outs = gf.derived("jvp").run(*arrays, *trace.implicit, *t_arrays)
     n = len(trace.outputs)
     return tree_unflatten(out_tree, list(outs[:n])), tree_unflatten(out_tree, list(outs[n:]))
