@@ -78,3 +78,42 @@ def numpy_target(monkeypatch):
     source text, results equal to NumPy's or eager mode's to the last bit):
     the NumPy target even in a run with TRACEGRAD_BACKEND=native."""
     monkeypatch.setenv("TRACEGRAD_BACKEND", "numpy")
+
+
+# --- the same tests on a real GPU ----------------------------------------------------------
+# TRACEGRAD_TEST_ON_GPU=1, on a machine with CuPy and a CUDA device: every
+# test written against tracegrad.testing's emulator (``emulated_cupy()``) gets
+# the real ``cupy`` instead, so the generated kernels and drivers run on the
+# device.  The tests of the emulator itself (marked ``emulator_only``) skip.
+ON_GPU = os.environ.get("TRACEGRAD_TEST_ON_GPU") == "1"
+if ON_GPU:
+    import contextlib
+
+    import cupy as _cupy   # asked for the GPU: a missing CuPy is an error, not a skip
+    from tracegrad import testing as _testing
+
+    if _cupy.cuda.runtime.getDeviceCount() < 1:
+        raise RuntimeError("TRACEGRAD_TEST_ON_GPU=1 but CuPy sees no CUDA device")
+
+    @contextlib.contextmanager
+    def _real_cupy():
+        _testing._clear_compiled_state()
+        try:
+            yield _cupy
+        finally:
+            _testing._clear_compiled_state()
+
+    _testing.emulated_cupy = _real_cupy
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "emulator_only: tests tracegrad.testing's emulator "
+                            "itself; skipped when TRACEGRAD_TEST_ON_GPU=1")
+
+
+def pytest_collection_modifyitems(config, items):
+    if ON_GPU:
+        skip = pytest.mark.skip(reason="a test of the emulator itself (TRACEGRAD_TEST_ON_GPU=1)")
+        for item in items:
+            if "emulator_only" in item.keywords:
+                item.add_marker(skip)

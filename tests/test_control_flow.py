@@ -277,8 +277,8 @@ def test_converted_control_flow_on_the_emulated_cuda_target(emulator, name):
         v, g = compiled(emulator.asarray(x))
         assert type(g).__module__ == "cupy"
         ref_v, ref_g = tg.value_and_grad(f, backend="numpy")(x)
-        np.testing.assert_allclose(np.asarray(v), ref_v, rtol=1e-12)
-        np.testing.assert_allclose(np.asarray(g), ref_g, rtol=1e-12)
+        np.testing.assert_allclose(testing.to_host(v), ref_v, rtol=1e-12)
+        np.testing.assert_allclose(testing.to_host(g), ref_g, rtol=1e-12)
 
 
 def test_the_graph_holds_cond_and_while_nodes():

@@ -61,7 +61,7 @@ def test_gradient_moves_back_to_the_input_device(cp):
     w = tg.tensor([1.0, 2.0], device="cuda", requires_grad=True)
     (w.cpu() ** 2).sum().backward()
     assert w.grad.device.type == "cuda"
-    np.testing.assert_allclose(testing.ndarray.get(w.grad._data), [2.0, 4.0])
+    np.testing.assert_allclose(testing.to_host(w.grad._data), [2.0, 4.0])
 
 
 def test_mixing_devices_in_one_op_is_an_error(cp):

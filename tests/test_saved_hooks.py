@@ -157,7 +157,7 @@ def test_save_on_cpu_moves_gpu_tensors_to_host():
     x = tg.tensor(xv, device="cuda", requires_grad=True)
     hooks = save_on_cpu()
     packed = hooks.pack_hook(x)
-    assert isinstance(packed[1], np.ndarray)
+    assert isinstance(packed[2], np.ndarray)   # (type, device id, host copy, ...)
     back = hooks.unpack_hook(packed)
     assert type(back._data).__module__.startswith("cupy")
     np.testing.assert_allclose(cupy.asnumpy(back._data), xv)
