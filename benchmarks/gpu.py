@@ -85,23 +85,54 @@ def _torch_cuda():
         return None
 
 
-def w2_torch(torch):
+def w2_torch(torch, compiled=False):
+    """torch eager, or torch.compile of the loss (inductor fuses the forward
+    and, through AOTAutograd, the backward into Triton kernels)."""
+    def loss(x, y):
+        return torch.sum(torch.tanh(x) * torch.exp(-y ** 2) + torch.log1p(x ** 2) * torch.sin(y))
+    fwd = torch.compile(loss) if compiled else loss
+
     def f(x, y):
         x = x.detach().requires_grad_(True)
         y = y.detach().requires_grad_(True)
-        v = torch.sum(torch.tanh(x) * torch.exp(-y ** 2) + torch.log1p(x ** 2) * torch.sin(y))
+        v = fwd(x, y)
         gx, gy = torch.autograd.grad(v, (x, y))
         return v, gx, gy
     return f
 
 
-def mlp_torch(torch):
+def mlp_torch(torch, compiled=False):
+    def loss(W1, b1, W2, b2, X, Y):
+        h = torch.tanh(X @ W1 + b1)
+        return torch.mean((h @ W2 + b2 - Y) ** 2)
+    fwd = torch.compile(loss) if compiled else loss
+
     def f(W1, b1, W2, b2, X, Y):
         ps = [p.detach().requires_grad_(True) for p in (W1, b1, W2, b2)]
-        h = torch.tanh(X @ ps[0] + ps[1])
-        loss = torch.mean((h @ ps[2] + ps[3] - Y) ** 2)
-        return (loss,) + torch.autograd.grad(loss, ps)
+        v = fwd(*ps, X, Y)
+        return (v,) + torch.autograd.grad(v, ps)
     return f
+
+
+def _jax_gpu():
+    """jax with a GPU backend, told not to take most of the device's memory."""
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    try:
+        import jax
+        return jax if jax.default_backend() == "gpu" else None
+    except Exception:  # no jax, or no GPU plugin: the row is left out
+        return None
+
+
+def timeit_jax(fn, args, reps, warmup=2):
+    for _ in range(warmup):
+        fn(*args)[0].block_until_ready()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        out = fn(*args)
+    for o in out:
+        o.block_until_ready() if hasattr(o, "block_until_ready") else None
+    return (time.perf_counter() - t0) / reps
 
 
 # --- timing -----------------------------------------------------------------------------------
@@ -155,6 +186,7 @@ def run(xp, small, emulated):
     n = 1 << 14 if small else 16_777_216
     reps = 2 if emulated else (20 if small else 100)
     torch = None if emulated else _torch_cuda()
+    jax = None if emulated else _jax_gpu()
     print(f"device: {'CPU emulator (tracegrad.testing), timings meaningless' if emulated else _device_name(xp)}")
     bw = copy_bandwidth(xp, n * 4, reps)
     print(f"measured copy bandwidth: {bw / 1e9:8.1f} GB/s")
@@ -178,6 +210,16 @@ def run(xp, small, emulated):
     if torch is not None:
         tx, ty = (torch.as_tensor(a, device="cuda") for a in (x, y))
         rows.append(("torch", timeit_torch(w2_torch(torch), (tx, ty), torch, reps), ""))
+        rows.append(("torch.compile", timeit_torch(w2_torch(torch, True), (tx, ty), torch, reps),
+                     "inductor"))
+    if jax is not None:
+        jx, jy = (jax.device_put(a.get()) for a in (x, y))
+        jw2 = jax.jit(jax.value_and_grad(
+            lambda a, b: jax.numpy.sum(jax.numpy.tanh(a) * jax.numpy.exp(-b ** 2)
+                                       + jax.numpy.log1p(a ** 2) * jax.numpy.sin(b)),
+            argnums=(0, 1)))
+        rows.append(("jax.jit", timeit_jax(lambda a, b: (lambda v, g: (v,) + g)(*jw2(a, b)),
+                                           (jx, jy), reps), ""))
     print(f"\nW2 value+grad, float32[{n}] ({bytes_min / 1e6:.1f} MB minimum traffic)")
     for name, t, note in rows:
         gbs = bytes_min / t
@@ -206,9 +248,53 @@ def run(xp, small, emulated):
     if torch is not None:
         targs = [torch.as_tensor(a, device="cuda") for a in (*params, X, Y)]
         rows.append(("torch", timeit_torch(mlp_torch(torch), targs, torch, reps), ""))
+        rows.append(("torch.compile", timeit_torch(mlp_torch(torch, True), targs, torch, reps),
+                     "inductor"))
+    if jax is not None:
+        jargs = [jax.device_put(a.get()) for a in (*params, X, Y)]
+        jm = jax.jit(jax.value_and_grad(
+            lambda W1, b1, W2, b2, X, Y: jax.numpy.mean(
+                (jax.numpy.tanh(X @ W1 + b1) @ W2 + b2 - Y) ** 2), argnums=(0, 1, 2, 3)))
+        rows.append(("jax.jit", timeit_jax(lambda *a: (lambda v, g: (v,) + g)(*jm(*a)),
+                                           jargs, reps), ""))
     print("\nMLP step (X 256x64, hidden 256, 10 outputs, tanh, MSE), value + 4 gradients")
     for name, t, note in rows:
         print(f"  {name:16s} {t * 1e6:10.1f} us  {note}")
+
+
+def sweep_grid(xp, n=16_777_216):
+    """Time W2's fused kernel alone at a range of grid sizes (the kernel's
+    grid-stride loop takes any grid), and print what CuPy reports of the
+    kernel's registers and the device's occupancy for it: the data behind
+    the driver's choice of grid."""
+    from tracegrad import testing
+    rng = np.random.default_rng(0)
+    x = xp.asarray(rng.uniform(-2, 2, n).astype(np.float32))
+    y = xp.asarray(rng.uniform(-2, 2, n).astype(np.float32))
+    low = tg.value_and_grad(w2, argnums=(0, 1), backend="cupy").lower(
+        np.zeros(n, np.float32), np.zeros(n, np.float32))
+    ns = testing.load_driver(low.source, xp)
+    k = ns["_tg_k0"]
+    sms = xp.cuda.Device().attributes["MultiProcessorCount"]
+    attrs = {a: getattr(k, a, "n/a") for a in ("num_regs", "max_threads_per_block",
+                                               "local_size_bytes", "shared_size_bytes")}
+    print(f"\nW2 kernel: {attrs}, {sms} SMs, driver grid {ns['_tg_k0_grid']}")
+    occ = getattr(xp.cuda.driver, "occupancyMaxActiveBlocksPerMultiprocessor", None)
+    if occ is None:
+        print("cupy.cuda.driver has no occupancyMaxActiveBlocksPerMultiprocessor")
+    else:
+        try:
+            print(f"occupancy: {occ(k.ptr, 256, 0)} blocks of 256 per SM")
+        except Exception as e:   # the probe's answer is the data: print it
+            print(f"occupancy probe failed: {type(e).__name__}: {e}")
+    gx, gy = xp.empty_like(x), xp.empty_like(y)
+    grids = sorted({sms * b for b in (1, 2, 4, 6, 8, 12, 16, 32)} |
+                   {n // (256 * e) for e in (1, 2, 4, 8, 16, 32, 64)})
+    for g in grids:
+        part = xp.empty(g * 256, np.float32)
+        t = timeit(lambda: k((g,), (256,), (x, y, gx, gy, part)), (), xp, 50)
+        print(f"  grid {g:7d} ({g / sms:7.1f}/SM): {t * 1e6:8.1f} us  "
+              f"{16 * n / t / 1e9:7.1f} GB/s")
 
 
 def _device_name(xp):
@@ -225,6 +311,8 @@ def main(argv=None):
     p.add_argument("--emulate", action="store_true",
                    help="run on the CPU through tracegrad.testing's emulator (no GPU needed)")
     p.add_argument("--small", action="store_true", help="small sizes, few repetitions")
+    p.add_argument("--sweep-grid", action="store_true",
+                   help="also time W2's kernel alone over a range of grid sizes (GPU only)")
     a = p.parse_args(argv)
     if a.emulate:
         from tracegrad import testing
@@ -236,6 +324,8 @@ def main(argv=None):
     except ImportError:
         sys.exit("benchmarks/gpu.py needs CuPy and a CUDA GPU (or pass --emulate --small)")
     run(xp, a.small, False)
+    if a.sweep_grid:
+        sweep_grid(xp)
 
 
 if __name__ == "__main__":

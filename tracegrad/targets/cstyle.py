@@ -508,9 +508,10 @@ class DriverModule(pysource.Module):
                                    "desc": f"{arr.dtype}{list(arr.shape)}"})
         return name
 
-    def kernel(self, kname, n):
+    def kernel(self, kname, n, blocks_per_sm=None):
         handle = f"_{kname}"
-        self.kernel_handles.append({"handle": handle, "name": kname, "n": n})
+        self.kernel_handles.append({"handle": handle, "name": kname, "n": n,
+                                    "blocks_per_sm": blocks_per_sm})
         return handle
 
 

@@ -31,11 +31,17 @@ from __future__ import annotations
 from tracegrad._version import __version__
 from tracegrad.targets import cstyle, templates
 
-# Threads per block of every launch, and blocks per SM at most: enough
-# resident threads to saturate memory bandwidth; the grid-stride loop covers
-# the rest.
+# Threads per block of every launch, and blocks per SM at most: the
+# grid-stride loop covers the rest.  Several waves of blocks, not one, so a
+# kernel whose registers let fewer blocks be resident keeps no idle tail: on
+# an H200, W2's kernel alone ran 1.06x faster at 32 per SM than at 8
+# (benchmarks/gpu.py --sweep-grid, docs/benchmarks.md).  A kernel with a
+# fused sum leaves one partial per thread for CuPy to add, and that sum cost
+# more than the waves gained (W2's whole call: 121 us at 8 per SM, 155 at
+# 32), so those kernels keep 8.
 BLOCK = 256
-BLOCKS_PER_SM = 8
+BLOCKS_PER_SM = 32
+BLOCKS_PER_SM_WITH_PARTIALS = 8
 
 
 # The CUDA target's row of the C-style renderer's table.
@@ -56,7 +62,8 @@ class Function(cstyle.Function):
     def _launch(self, g, kern, kname, module, names, fresh):
         """The driver statements that allocate a kernel's outputs, launch it
         and finish its reductions (the target's entry)."""
-        handle = module.kernel(kname, kern.n)
+        handle = module.kernel(kname, kern.n, blocks_per_sm=BLOCKS_PER_SM_WITH_PARTIALS
+                               if kern.partials else BLOCKS_PER_SM)
         self._allocate_outputs(g, kern, kname, fresh)
         for r, var, dt in kern.partials:
             self.body.append({"code": f"{var} = np.empty({handle}_grid[0] * {BLOCK}, "
@@ -108,7 +115,7 @@ def generate_driver(functions, source="", transform="", key="") -> str:
     tu = _render_tu(lowered, g_of, ())
     return templates.environment().get_template("cuda_driver.py.j2").render(
         version=__version__, source=source, transform=transform, key=key,
-        cuda_source=cstyle.py_string(tu), block=BLOCK, blocks_per_sm=BLOCKS_PER_SM,
+        cuda_source=cstyle.py_string(tu), block=BLOCK,
         needs_math=module.needs_math, needs_base64=module.needs_base64,
         helpers=module.helpers, constants=module.constants,
         kernels=module.kernel_handles,
