@@ -297,6 +297,60 @@ def sweep_grid(xp, n=16_777_216):
               f"{16 * n / t / 1e9:7.1f} GB/s")
 
 
+def host_overhead(xp):
+    """Where a driver call's time goes: the host time of each kind of CuPy
+    call a generated driver makes (mean of many calls, device synchronised
+    once at the end), and for W2 and the MLP step the CPU time and the GPU
+    time of one whole call, from ``cupyx.profiler.benchmark``."""
+    from cupyx.profiler import benchmark
+    rng = np.random.default_rng(0)
+    n = 16_777_216
+    x = xp.asarray(rng.uniform(-2, 2, n).astype(np.float32))
+    p = xp.zeros(1056 * 256, np.float32)
+    small = xp.zeros(256, np.float32)
+    k = xp.RawKernel('extern "C" __global__ void k(float* a) {}', "k")
+    calls = {
+        "cupy.asarray(device array)": lambda: xp.asarray(x),
+        "cupy.ascontiguousarray(contiguous)": lambda: xp.ascontiguousarray(x),
+        "cupy.empty((16777216,), float32)": lambda: xp.empty((n,), dtype="float32"),
+        "RawKernel launch, 1 argument": lambda: k((1,), (256,), (small,)),
+        "cupy.sum(270,336 float32)": lambda: xp.sum(p),
+        "0-d .reshape(())": lambda: small[0].reshape(()),
+        "cupy.matmul(256x64, 64x256)": None,
+    }
+    A = xp.zeros((256, 64), np.float32)
+    B = xp.zeros((64, 256), np.float32)
+    calls["cupy.matmul(256x64, 64x256)"] = lambda: xp.matmul(A, B)
+    print("\nHost time per CuPy call (us, mean of 2000):")
+    for name, fn in calls.items():
+        for _ in range(50):
+            fn()
+        _sync(xp)
+        t0 = time.perf_counter()
+        for _ in range(2000):
+            fn()
+        t = (time.perf_counter() - t0) / 2000
+        _sync(xp)
+        print(f"  {name:38s} {t * 1e6:7.1f}")
+
+    f = tg.value_and_grad(w2, argnums=(0, 1))
+    y = xp.asarray(rng.uniform(-2, 2, n).astype(np.float32))
+    X = xp.asarray(rng.normal(size=(256, 64)).astype(np.float32))
+    Y = xp.asarray(rng.normal(size=(256, 10)).astype(np.float32))
+    params = [xp.asarray(a.astype(np.float32)) for a in
+              (rng.normal(size=(64, 256)) * 0.1, np.zeros(256), rng.normal(size=(256, 10)) * 0.1,
+               np.zeros(10))]
+    fm = tg.value_and_grad(mlp_loss, argnums=(0, 1, 2, 3))
+    print("\nOne call, cupyx.profiler.benchmark (us, mean of 200): CPU time, GPU time")
+    for name, fn, args in (("W2 tracegrad CUDA", f, (x, y)),
+                           ("MLP tracegrad CUDA", fm, (*params, X, Y)),
+                           ("W2 CuPy by hand", w2_by_hand(xp), (x, y)),
+                           ("MLP CuPy by hand", mlp_by_hand(xp), (*params, X, Y))):
+        r = benchmark(fn, args, n_repeat=200, n_warmup=10)
+        print(f"  {name:24s} CPU {r.cpu_times.mean() * 1e6:8.1f}   "
+              f"GPU {r.gpu_times.mean() * 1e6:8.1f}")
+
+
 def _device_name(xp):
     try:
         props = xp.cuda.runtime.getDeviceProperties(xp.cuda.Device().id)
@@ -311,6 +365,8 @@ def main(argv=None):
     p.add_argument("--emulate", action="store_true",
                    help="run on the CPU through tracegrad.testing's emulator (no GPU needed)")
     p.add_argument("--small", action="store_true", help="small sizes, few repetitions")
+    p.add_argument("--host-overhead", action="store_true",
+                   help="also time the host side of the CuPy calls drivers make (GPU only)")
     p.add_argument("--sweep-grid", action="store_true",
                    help="also time W2's kernel alone over a range of grid sizes (GPU only)")
     a = p.parse_args(argv)
@@ -326,6 +382,8 @@ def main(argv=None):
     run(xp, a.small, False)
     if a.sweep_grid:
         sweep_grid(xp)
+    if a.host_overhead:
+        host_overhead(xp)
 
 
 if __name__ == "__main__":

@@ -78,7 +78,9 @@ class Function(cstyle.Function):
         for r, var, dt in kern.partials:
             d = g.nodes[r]
             names[r] = f"t{r}"
-            self.body.append({"code": f"t{r} = np.sum({var}).reshape({tuple(d['shape'])!r})",
+            shape = tuple(d["shape"])   # a full sum is 0-d already: no reshape call
+            reshape = f".reshape({shape!r})" if shape else ""
+            self.body.append({"code": f"t{r} = np.sum({var}){reshape}",
                               "comment": f"%{r} sum: the kernel's partial sums added",
                               "source": None})
 
