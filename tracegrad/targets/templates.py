@@ -67,6 +67,8 @@ def safe_text(text):
     the next line).  Ordinary names and source lines come through unchanged.
     """
     s = str(text)
+    if s.isprintable() and "\\" not in s and '"' not in s and "'" not in s:
+        return s   # the common case: nothing to escape (a generator prints hundreds)
     out = []
     last = len(s) - 1
     for i, c in enumerate(s):
