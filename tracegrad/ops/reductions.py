@@ -15,8 +15,8 @@ import numpy as np
 from tracegrad.ops.primitives import Aval, bind, register
 from tracegrad.ops._define import method, implements, axis_arg, norm_axes, _ops, refuse_out
 from tracegrad.ops.base import (add, sub, mul, div, log, exp, sum, where, equal, reshape,
-                                astype, stop_gradient, transpose, is_value,
-                                shape_of, expand_reduced, shape_by_eval, zeros_like_value,
+                                astype, stop_gradient, is_value,
+                                shape_of, expand_reduced, shape_by_eval,
                                 _reduced_shape)
 from tracegrad.ops.elementwise import sqrt, isfinite, isnan, maximum, minimum
 
@@ -38,27 +38,17 @@ def _reduce_shape_rule(out_dtype=None):
 
 def _prod_others(x, axes):
     """For every element, the product of the other elements in its reduced
-    group, without dividing (so zeros are handled exactly): exclusive
-    cumulative products from the left and from the right, multiplied."""
-    shape = tuple(x.shape)
-    nd = len(shape)
-    keep = [i for i in range(nd) if i not in axes]
-    perm = tuple(keep) + tuple(axes)
-    xt = transpose(x, perm) if perm != tuple(range(nd)) else x
-    n = 1
-    for a in axes:
-        n *= shape[a]
-    xr = reshape(xt, tuple(shape[i] for i in keep) + (n,))
-    if n == 0:
-        return x
-    one = add(zeros_like_value(xr[..., :1]), 1.0)
-    left = cumprod(_ops.concatenate([one, xr[..., :-1]], axis=-1), axis=-1)
-    rev = _ops.flip(xr, -1)
-    right = _ops.flip(cumprod(_ops.concatenate([one, rev[..., :-1]], axis=-1), axis=-1), -1)
-    others = reshape(mul(left, right), tuple(xt.shape))
-    if perm != tuple(range(nd)):
-        others = transpose(others, tuple(np.argsort(perm).tolist()))
-    return others
+    group, exact with zeros: with no zero in the group, prod / x; with one,
+    the product of the nonzero elements at the zero and 0 elsewhere; with
+    two or more, 0.  (Linear in the group's size: one more product and a
+    zero count, as torch does it.)"""
+    zero = equal(x, 0)
+    zeros = sum(astype(zero, np.int64), axis=axes, keepdims=True)
+    nonzero_prod = bind(prod_p, where(zero, 1.0, x), axis=axes, keepdims=True)
+    no_zero = equal(zeros, 0)
+    at_only_zero = where(equal(zeros, 1), zero, False)
+    return where(no_zero, div(nonzero_prod, where(zero, 1.0, x)),
+                 where(at_only_zero, nonzero_prod, 0.0))
 
 
 prod_p = register(
@@ -133,35 +123,44 @@ cumsum_p = register(
     numpy="np.cumsum({0}, axis={axis})", save_inputs=False)
 
 
-def _cumprod_partials(x, axis):
-    """C[..., j, i] = prod_{k <= i, k != j} x_k along ``axis`` (moved last),
-    and the mask i >= j.  d out_i / d x_j = C[j, i] for i >= j.  Quadratic
-    in the scanned length, but exact with zeros, where dividing out / x is
-    not."""
-    xt = _ops.moveaxis(x, axis, -1)
-    n = xt.shape[-1]
-    eye = np.eye(n, dtype=bool)
-    later = np.triu(np.ones((n, n), dtype=bool))  # later[j, i] = i >= j
-    c = cumprod(where(eye, 1.0, _ops.expand_dims(xt, -2)), -1)
-    return c, later
+def _cumprod_zeros(x, axis):
+    """Along ``axis``, with z the position of the first zero of x (past the
+    end when there is none): ``before`` (i < z), ``first`` (i == z), x with
+    the positions from z on set to 1 (safe to divide by), and
+    c_i = prod_{k <= i, k != z} x_k (x_z taken as 1).
+
+    d out_i / d x_j is out_i / x_j for j < z (zero when i >= z, as out_i
+    is); for j == z it is c_i (i >= z); for j > z it is 0, since the
+    product keeps the zero x_z.  So both rules are linear in the scanned
+    length and exact with zeros, where dividing out / x everywhere is not."""
+    zero = equal(x, 0)
+    seen = cumsum(astype(zero, np.int64), axis)     # zeros at or before i
+    before = equal(seen, 0)
+    first = equal(where(zero, seen, 0), 1)
+    safe_x = where(before, x, 1.0)
+    c = cumprod(where(first, 1.0, x), axis)
+    return before, first, safe_x, c
 
 
 def _cumprod_vjp(g, out, x, axis):
-    c, later = _cumprod_partials(x, axis)
-    gt = _ops.expand_dims(_ops.moveaxis(g, axis, -1), -2)
-    return _ops.moveaxis(sum(where(later, mul(gt, c), 0.0), axis=-1), -1, axis)
+    before, first, safe_x, c = _cumprod_zeros(x, axis)
+    later_sum = lambda v: _flip1(cumsum(_flip1(v, axis), axis), axis)  # noqa: E731  sum over i >= j
+    at_zero = where(first, later_sum(mul(g, c)), 0.0)
+    return add(where(before, div(later_sum(mul(g, out)), safe_x), 0.0), at_zero)
 
 
 def _cumprod_jvp(t, out, x, axis):
-    c, later = _cumprod_partials(x, axis)
-    tt = _ops.expand_dims(_ops.moveaxis(t, axis, -1), -1)
-    return _ops.moveaxis(sum(where(later, mul(tt, c), 0.0), axis=-2), -1, axis)
+    before, first, safe_x, c = _cumprod_zeros(x, axis)
+    t_zero = sum(where(first, t, 0.0), axis=(axis,), keepdims=True)   # t at the first zero
+    return where(before, mul(out, cumsum(where(before, div(t, safe_x), 0.0), axis)),
+                 mul(t_zero, c))
 
 
 cumprod_p = register(
     "cumprod", lambda xp, x, axis: xp.cumprod(x, axis=axis),
     shape=shape_by_eval(lambda xp, x, axis: xp.cumprod(x, axis=axis)),
-    vjp=(_cumprod_vjp,), jvp=(_cumprod_jvp,), numpy="np.cumprod({0}, axis={axis})")
+    vjp=(_cumprod_vjp,), jvp=(_cumprod_jvp,), numpy="np.cumprod({0}, axis={axis})",
+    save_out=True)
 
 
 # --- the functional API ---------------------------------------------------------------------

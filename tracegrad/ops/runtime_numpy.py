@@ -30,17 +30,32 @@ def _index_add(g, shape, idx, xp=np):
     The transpose of ``x[idx]``: positions an integer index repeats receive
     the sum of their cotangents (plain ``z[idx] = g`` would keep only one).
     Any NumPy index works (slices, None, Ellipsis, integer and boolean
-    arrays), because the flat positions are found by indexing an arange."""
-    out = xp.zeros(shape, np.result_type(g))  # g may be a folded Python number
+    arrays), because the flat positions are found by indexing an arange.
+    Real floating cotangents on NumPy are added by ``np.bincount`` (in
+    float64, in the order of the positions, as ``np.add.at`` would; 2-4x
+    faster than it)."""
+    dtype = np.result_type(g)  # g may be a folded Python number
     if not any(isinstance(i, (list,)) or hasattr(i, "dtype") for i in idx):
+        out = xp.zeros(shape, dtype)
         out[idx] = g  # basic indexing selects every position at most once
         return out
     size = 1
     for d in shape:
         size *= d
-    pos = xp.arange(size).reshape(shape)[idx]
-    flat = out.reshape(-1)
-    xp.add.at(flat, pos.reshape(-1), xp.broadcast_to(g, pos.shape).reshape(-1))
+    first = idx[0] if len(idx) == 1 else None
+    if len(shape) == 1 and getattr(first, "dtype", None) is not None and first.dtype.kind in "iu":
+        pos = first            # x[i] of a vector: the positions are i (negatives wrapped)
+        if pos.size and pos.min() < 0:
+            pos = pos + size * (pos < 0)
+    else:
+        pos = xp.arange(size).reshape(shape)[idx]
+    # (a broadcast view is read-only, and bincount copies read-only weights)
+    weights = (g if xp.shape(g) == pos.shape else xp.broadcast_to(g, pos.shape)).reshape(-1)
+    if xp is np and dtype.kind == "f" and dtype.itemsize <= 8:
+        summed = np.bincount(pos.reshape(-1), weights=weights, minlength=size)
+        return summed.astype(dtype, copy=False).reshape(shape)
+    flat = xp.zeros(size, dtype)
+    xp.add.at(flat, pos.reshape(-1), weights)
     return flat.reshape(shape)
 
 
