@@ -159,6 +159,10 @@ CASES += [
     Case("prod", [A(3, 4)], {"axis": (1,), "keepdims": False}),
     Case("prod", [Rand((2, 3, 4), make=lambda x: np.where(np.arange(4) == 1, 0.0, x))],
          {"axis": (0, 2), "keepdims": True}, id="prod-zeros"),
+    # one zero in a row, two in another, none in the third
+    Case("prod", [Rand((3, 4), make=lambda x: x * np.array([[1, 0, 1, 1], [0, 1, 1, 0],
+                                                            [1, 1, 1, 1]]))],
+         {"axis": (1,), "keepdims": False}, id="prod-zeros-counted"),
     Case("amax", [A(3, 4)], {"axis": (1,), "keepdims": False}),
     Case("amax", [A(2, 3, 4)], {"axis": (0, 2), "keepdims": True}, id="amax-multi"),
     Case("amin", [A(3, 4)], {"axis": (0, 1), "keepdims": False}),
@@ -170,6 +174,11 @@ CASES += [
     Case("cumprod", [A(3, 4)], {"axis": 1}),
     Case("cumprod", [Rand((4, 3), make=lambda x: np.where(np.arange(4)[:, None] == 1, 0.0, x))],
          {"axis": 0}, id="cumprod-zeros"),
+    # the linear rules' cases: zeros first, last, two in a column, none in another
+    Case("cumprod", [Rand((5, 4), make=lambda x: x * np.array([[0, 1, 1, 1], [1, 1, 1, 1],
+                                                               [1, 0, 1, 1], [1, 1, 0, 1],
+                                                               [1, 1, 0, 0]]))],
+         {"axis": 0}, id="cumprod-zeros-placed"),
     # shapes
     Case("concatenate", [A(3, 2), A(3, 1), A(3, 4)], {"axis": 1}),
     Case("split", [A(3, 6)], {"axis": 1, "indices": (1, 4)}),
@@ -666,3 +675,25 @@ def test_cuda_expressions_compile_for_float_and_double(tmp_path):
     r = subprocess.run([cxx, "-std=c++17", "-fsyntax-only", str(src)], capture_output=True,
                        text=True)
     assert r.returncode == 0, r.stderr[-3000:]
+
+
+@pytest.mark.parametrize("fn", [lambda x: np.cumprod(x, axis=1), lambda x: np.prod(x, axis=1)],
+                         ids=["cumprod", "prod"])
+def test_product_rules_second_order_with_zeros(fn):
+    # cumprod's and prod's rules branch on where the zeros are (linear
+    # rules, exact with zeros): their own derivatives must be right there too
+    x = np.array([[0.7, 0.0, 1.3, -0.4], [0.0, 1.1, 0.0, 0.9], [1.2, -0.8, 0.5, 1.6]])
+    w = np.linspace(0.5, 1.5, fn(x).size).reshape(fn(x).shape)
+
+    def loss(x):
+        return np.sum(fn(x) ** 2 * w)
+
+    h = tg.hessian(loss)(x)
+    grad = tg.grad(loss)
+    eps = 1e-6
+    fd = np.zeros_like(h)
+    for idx in np.ndindex(x.shape):
+        e = np.zeros_like(x)
+        e[idx] = eps
+        fd[(...,) + idx] = (grad(x + e) - grad(x - e)) / (2 * eps)
+    np.testing.assert_allclose(h, fd, rtol=1e-6, atol=1e-8)
