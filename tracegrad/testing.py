@@ -286,6 +286,7 @@ floor_divide fmax fmin fmod full full_like greater greater_equal hypot isfinite 
 less less_equal linspace log log10 log1p log2 logaddexp logaddexp2 logical_and logical_not
 logical_or logical_xor matmul max maximum mean min minimum mod moveaxis multiply nan_to_num
 negative nonzero not_equal ones ones_like outer pad power prod rad2deg radians ravel
+ravel_multi_index
 reciprocal remainder repeat reshape result_type rint roll round sign sin sinc sinh sort split sqrt
 square squeeze stack subtract sum swapaxes take tan tanh tensordot tile transpose trunc copyto
 true_divide var std where zeros zeros_like frexp ldexp real imag conj conjugate

@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 # helper -> the helpers it calls (the code generator copies those too)
-HELPER_DEPS = {"_bessel_jy": ("_jn_small", "_jn_miller")}
+HELPER_DEPS = {"_bessel_jy": ("_jn_small", "_jn_miller"), "_index_add": ("_flat_positions",)}
 
 
 def _erf(x):
@@ -30,7 +30,7 @@ def _index_add(g, shape, idx, xp=np):
     The transpose of ``x[idx]``: positions an integer index repeats receive
     the sum of their cotangents (plain ``z[idx] = g`` would keep only one).
     Any NumPy index works (slices, None, Ellipsis, integer and boolean
-    arrays), because the flat positions are found by indexing an arange.
+    arrays): ``_flat_positions`` finds where each selected element lives.
     Real floating cotangents on NumPy are added by ``np.bincount`` (in
     float64, in the order of the positions, as ``np.add.at`` would; 2-4x
     faster than it)."""
@@ -42,21 +42,45 @@ def _index_add(g, shape, idx, xp=np):
     size = 1
     for d in shape:
         size *= d
-    first = idx[0] if len(idx) == 1 else None
-    if len(shape) == 1 and getattr(first, "dtype", None) is not None and first.dtype.kind in "iu":
-        pos = first            # x[i] of a vector: the positions are i (negatives wrapped)
-        if pos.size and pos.min() < 0:
-            pos = pos + size * (pos < 0)
-    else:
-        pos = xp.arange(size).reshape(shape)[idx]
+    pos = _flat_positions(shape, size, idx, xp)
     # (a broadcast view is read-only, and bincount copies read-only weights)
-    weights = (g if xp.shape(g) == pos.shape else xp.broadcast_to(g, pos.shape)).reshape(-1)
-    if xp is np and dtype.kind == "f" and dtype.itemsize <= 8:
+    weights = (g if getattr(g, "shape", ()) == pos.shape else xp.broadcast_to(g, pos.shape)
+               ).reshape(-1)
+    # (in a CUDA driver the name np is CuPy: there add.at stays)
+    if xp.__name__ == "numpy" and dtype.kind == "f" and dtype.itemsize <= 8:
         summed = np.bincount(pos.reshape(-1), weights=weights, minlength=size)
         return summed.astype(dtype, copy=False).reshape(shape)
     flat = xp.zeros(size, dtype)
     xp.add.at(flat, pos.reshape(-1), weights)
     return flat.reshape(shape)
+
+
+def _flat_positions(shape, size, idx, xp=np):
+    """The flat position in an array of ``shape`` of every element ``[idx]``
+    selects, shaped as the selection.  Two common indexes are computed
+    directly; any other gathers from an arange of the whole array."""
+    def is_ints(i):
+        return getattr(i, "dtype", None) is not None and i.dtype.kind in "iu"
+
+    k = 0
+    while k < len(idx) and isinstance(idx[k], slice) and idx[k] == slice(None):
+        k += 1
+    rest = idx[k:]
+    if len(idx) == len(shape) and rest and all(is_ints(i) for i in rest):
+        # x[i] of a vector, or x[:, :, i, j] (windows, im2col): the index
+        # arrays give positions in the trailing dimensions (negatives
+        # wrapped), added to each leading position's offset
+        tail = tuple(shape[k:])
+        arrays = xp.broadcast_arrays(*rest)
+        inner = xp.ravel_multi_index(tuple(a % d if d else a for a, d in zip(arrays, tail)),
+                                     tail) if len(tail) > 1 else arrays[0] % tail[0]
+        lead = tuple(shape[:k])
+        if not lead:
+            return inner
+        offsets = (xp.arange(math.prod(lead), dtype=inner.dtype) * math.prod(tail)).reshape(
+            lead + (1,) * inner.ndim)
+        return offsets + inner
+    return xp.arange(size).reshape(shape)[idx]
 
 
 def _index_set(g, shape, idx, xp=np):
