@@ -133,3 +133,29 @@ def test_random_split_concat_and_subset():
     assert len(cat) == 5 and [cat[i] for i in range(5)] == [0, 1, 2, 10, 11] and cat[-1] == 11
     sub = Subset(range(10, 20), [5, 1])
     assert len(sub) == 2 and sub[0] == 15
+
+
+def test_tensor_dataset_batches_in_one_gather_equal_stacked_samples():
+    # the DataLoader gathers a TensorDataset's batch in one index when its
+    # tensors take no gradient and the collation is the default: the same
+    # batches, dtypes and shapes as stacking the samples one by one
+    rng = np.random.default_rng(0)
+    ds = TensorDataset(tg.tensor(rng.normal(size=(23, 1, 3, 3)).astype(np.float32)),
+                       tg.tensor(rng.integers(0, 9, 23)), tg.tensor(rng.random(23) > 0.5))
+
+    def run(collate):
+        dl = DataLoader(ds, batch_size=5, shuffle=True, collate_fn=collate,
+                        generator=tg.Generator().manual_seed(3))
+        return [tuple(t.numpy() for t in b) for b in dl]
+
+    fast = run(None)
+    slow = run(lambda batch: default_collate(batch))   # another collate: sample by sample
+    assert len(fast) == len(slow) == 5
+    for f, s in zip(fast, slow):
+        for a, b in zip(f, s):
+            assert a.dtype == b.dtype and a.shape == b.shape
+            np.testing.assert_array_equal(a, b)
+    # a tensor that takes gradients keeps the per-sample path (its rows record)
+    w = tg.tensor(np.arange(6.0), requires_grad=True)
+    (b,) = next(iter(DataLoader(TensorDataset(w), batch_size=3)))
+    assert b.requires_grad and b.grad_fn is not None

@@ -254,6 +254,20 @@ def _stack_tensors(batch):
     return _stack(batch, axis=0)
 
 
+def _plain_rows(dataset):
+    """For a TensorDataset whose tensors take no gradient, a function giving
+    a batch of one tensor's rows in one gather (what default_collate's stack
+    of the samples gives, without a sample per row); else None."""
+    if type(dataset) is not TensorDataset or any(
+            not isinstance(t, Tensor) or t.requires_grad for t in dataset.tensors):
+        return None
+
+    def rows(t, indices):
+        data = t._data
+        return type(t)(data[primitives.array_module(data).asarray(indices, dtype=np.intp)])
+    return rows
+
+
 def _fetch(dataset, indices, auto_collation):
     if auto_collation:
         if hasattr(dataset, "__getitems__") and dataset.__getitems__:
@@ -336,8 +350,12 @@ class DataLoader:
                 yield self.collate_fn(batch)
             return
         if self.batch_sampler is not None:
+            rows = _plain_rows(self.dataset) if self.collate_fn is default_collate else None
             for indices in self.batch_sampler:
-                yield self.collate_fn(_fetch(self.dataset, indices, True))
+                if rows is not None:     # the same batch as stacking the samples, in one gather
+                    yield tuple(rows(t, indices) for t in self.dataset.tensors)
+                else:
+                    yield self.collate_fn(_fetch(self.dataset, indices, True))
         else:
             for i in self.sampler:
                 yield self.collate_fn(_fetch(self.dataset, i, False))
