@@ -238,13 +238,26 @@ def _instance_dict(v):
 def _users_object(v):
     """An instance of a class of the user's (not of Python's library or an
     installed package, nor a builtin container, number or array); a
-    ``types.SimpleNamespace`` counts as the user's."""
+    ``types.SimpleNamespace`` counts as the user's.  Decided once per class
+    (a compiled call's guard asks it for every step of every captured path)."""
     cls = type(v)
+    users = _USERS_CLASSES.get(cls)
+    if users is None:
+        if len(_USERS_CLASSES) > 4096:     # classes made on the fly: keep the table small
+            _USERS_CLASSES.clear()
+        users = _USERS_CLASSES[cls] = _users_class(cls)
+    return users
+
+
+_USERS_CLASSES = {}   # class -> are its instances the user's objects?
+
+
+def _users_class(cls):
     if cls is types.SimpleNamespace:
         return True
     mod = getattr(cls, "__module__", "") or ""
-    if mod.split(".")[0] in _LIBRARY_ROOTS or isinstance(v, (list, tuple, dict, set, frozenset)
-                                                         + _NUMBERS):
+    if mod.split(".")[0] in _LIBRARY_ROOTS or issubclass(cls, (list, tuple, dict, set, frozenset)
+                                                          + _NUMBERS):
         return False
     return not _is_library(mod)
 
