@@ -44,6 +44,16 @@ def mlp_loss(W1, b1, W2, b2, X, Y):
     return np.mean((h @ W2 + b2 - Y) ** 2)
 
 
+def _mlp_inputs(xp, rng):
+    """The MLP step's parameters (W1, b1, W2, b2) and data X, Y, float32."""
+    X = xp.asarray(rng.normal(size=(256, 64)).astype(np.float32))
+    Y = xp.asarray(rng.normal(size=(256, 10)).astype(np.float32))
+    params = [xp.asarray(a.astype(np.float32)) for a in
+              (rng.normal(size=(64, 256)) * 0.1, np.zeros(256), rng.normal(size=(256, 10)) * 0.1,
+               np.zeros(10))]
+    return params, X, Y
+
+
 # --- CuPy written by hand ------------------------------------------------------------------
 
 def w2_by_hand(xp):
@@ -227,11 +237,7 @@ def run(xp, small, emulated):
               f"{100 * gbs / bw:5.1f}% of copy  {note}")
 
     # MLP step
-    X = xp.asarray(rng.normal(size=(256, 64)).astype(np.float32))
-    Y = xp.asarray(rng.normal(size=(256, 10)).astype(np.float32))
-    params = [xp.asarray(a.astype(np.float32)) for a in
-              (rng.normal(size=(64, 256)) * 0.1, np.zeros(256), rng.normal(size=(256, 10)) * 0.1,
-               np.zeros(10))]
+    params, X, Y = _mlp_inputs(xp, rng)
     f_mlp = tg.value_and_grad(mlp_loss, argnums=(0, 1, 2, 3))
     lowm = tg.value_and_grad(mlp_loss, argnums=(0, 1, 2, 3), backend="cupy").lower(
         *[np.zeros(a.shape, np.float32) for a in (*params, X, Y)])
@@ -335,11 +341,7 @@ def host_overhead(xp):
 
     f = tg.value_and_grad(w2, argnums=(0, 1))
     y = xp.asarray(rng.uniform(-2, 2, n).astype(np.float32))
-    X = xp.asarray(rng.normal(size=(256, 64)).astype(np.float32))
-    Y = xp.asarray(rng.normal(size=(256, 10)).astype(np.float32))
-    params = [xp.asarray(a.astype(np.float32)) for a in
-              (rng.normal(size=(64, 256)) * 0.1, np.zeros(256), rng.normal(size=(256, 10)) * 0.1,
-               np.zeros(10))]
+    params, X, Y = _mlp_inputs(xp, rng)
     fm = tg.value_and_grad(mlp_loss, argnums=(0, 1, 2, 3))
     print("\nOne call, cupyx.profiler.benchmark (us, mean of 200): CPU time, GPU time")
     for name, fn, args in (("W2 tracegrad CUDA", f, (x, y)),
