@@ -191,6 +191,8 @@ CASES += [
     Case("sort", [A(3, 5)], {"axis": 1}),
     Case("sort", [A(5, 3)], {"axis": 0}, id="sort-axis0"),
     Case("argsort", [A(3, 5)], {"axis": 1}),
+    Case("invert_permutation", [Const(np.array([[2, 0, 3, 1], [0, 1, 2, 3], [3, 2, 1, 0]]))],
+         {"axis": 1}),
     Case("argpartition", [A(3, 5)], {"kth": 2, "axis": 1}),
     # linear algebra
     Case("einsum", [A(3, 4), A(4, 5)], {"subscripts": "ij,jk->ik"}),

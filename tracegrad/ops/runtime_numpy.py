@@ -83,6 +83,19 @@ def _flat_positions(shape, size, idx, xp=np):
     return xp.arange(size).reshape(shape)[idx]
 
 
+def _invert_permutation(p, axis, xp=np):
+    """The inverse of the permutations along ``axis``: ``inv[..., p[..., i]]
+    = i``.  One scatter, where the argsort of ``p`` would sort."""
+    if p.size == 0:
+        return xp.empty_like(p)
+    q = xp.moveaxis(p, axis, -1)
+    n = q.shape[-1]
+    rows = q.reshape(-1, n)
+    inv = xp.empty(rows.shape, dtype=p.dtype)
+    inv[xp.arange(rows.shape[0])[:, None], rows] = xp.arange(n, dtype=p.dtype)
+    return xp.moveaxis(inv.reshape(q.shape), -1, axis)
+
+
 def _index_set(g, shape, idx, xp=np):
     """A zero array of ``shape`` holding ``g`` at the basic index ``[idx]``
     (slices, integers, None, Ellipsis: each position at most once)."""

@@ -14,6 +14,7 @@ import numpy as np
 
 from tracegrad.ops.primitives import Aval, bind, register, result_dtype
 from tracegrad.ops._define import method, implements, axis_arg, _ops
+from tracegrad.ops.runtime_numpy import _invert_permutation
 from tracegrad.ops.base import (reshape, transpose, sub, neg, is_value, shape_of, shape_by_eval,
                                 zeros_like_value, astype, sum, broadcast_to)
 
@@ -168,7 +169,7 @@ pad_p = register(
 def _sort_vjp(g, out, x, axis):
     # sorted position -> original position is argsort; scatter g back by
     # gathering with the inverse permutation
-    inverse = argsort(argsort(x, axis=axis), axis=axis)
+    inverse = bind(invert_permutation_p, bind(argsort_p, x, axis=axis), axis=axis)
     return _ops.take_along_axis(g, inverse, axis=axis)
 
 
@@ -182,6 +183,12 @@ argsort_p = register(
     "argsort", lambda xp, x, axis: xp.argsort(x, axis=axis, kind="stable"),
     shape=lambda x, axis: Aval(x.shape, np.dtype(np.intp)), nondiff=True, save_inputs=False,
     numpy="np.argsort({0}, axis={axis}, kind='stable')")
+# (no use of its own to a user: the sort's gradient, one scatter where a
+# second argsort would sort)
+invert_permutation_p = register(
+    "invert_permutation", lambda xp, p, axis: _invert_permutation(p, axis, xp),
+    shape=lambda p, axis: p, nondiff=True, save_inputs=False,
+    numpy="_invert_permutation({0}, {axis})", helpers=("_invert_permutation",))
 argpartition_p = register(
     "argpartition", lambda xp, x, kth, axis: xp.argpartition(x, kth, axis=axis),
     shape=lambda x, kth, axis: Aval(x.shape, np.dtype(np.intp)), nondiff=True,
