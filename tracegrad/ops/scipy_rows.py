@@ -36,7 +36,7 @@ from tracegrad.ops.primitives import Aval, bind, register
 from tracegrad.ops.base import (elementwise_shape, mul, add, sub, div, neg, exp, log, where,
                                 matmul, swapaxes, equal, less_equal, broadcast_to)
 from tracegrad.ops.elementwise import square, log1p, sqrt, sign, floor, abs as _abs
-from tracegrad.ops.shape import concatenate, expand_dims, argsort
+from tracegrad.ops.shape import concatenate, expand_dims, invert_permutation_p
 from tracegrad.ops.indexing import take_along_axis
 from tracegrad.ops import linalg as _la
 
@@ -449,7 +449,7 @@ def _expand_last(idx, n):
 
 
 def _inverse_perm(perm):
-    return argsort(perm, axis=-1)
+    return bind(invert_permutation_p, perm, axis=-1)
 
 
 def _lu_vjp(g, out, a):
