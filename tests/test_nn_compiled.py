@@ -258,3 +258,37 @@ def test_padded_max_pooling_and_new_layers_compile():
         (f(xe) ** 2).sum().backward()
         g = tg.func.grad(lambda x: (f(x) ** 2).sum())(x)
         np.testing.assert_allclose(g.numpy(), xe.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_module_compile_compiles_the_call_in_place():
+    # torch.nn.Module.compile(): the module itself, its call compiled
+    import copy
+    import pickle
+    tg.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.BatchNorm1d(8), nn.Linear(8, 1))
+    x = tg.randn(6, 4)
+    start = m[2].running_mean.numpy().copy()
+    want = m(x)
+    stats = m[2].running_mean.numpy().copy()
+    m[2].running_mean.copy_(tg.tensor(start))   # the eager call updated them: undo for equality
+    m[2].num_batches_tracked.zero_()
+    def loads():   # generated modules built, read from disk or found in memory
+        info = tg.cache_info()
+        return info["compiles"] + info["disk_hits"] + info["memory_hits"]
+    before = loads()
+    assert m.compile() is None
+    got = m(x)
+    assert loads() > before           # the call ran compiled code
+    np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(m[2].running_mean.numpy(), stats, rtol=1e-12)  # buffers written
+    got.sum().backward()
+    assert m[0].weight.grad is not None
+    assert list(m.state_dict()) == ["0.weight", "0.bias", "2.weight", "2.bias",
+                                    "2.running_mean", "2.running_var", "2.num_batches_tracked",
+                                    "3.weight", "3.bias"]   # no _orig_mod. prefix: still m
+    # copies and pickles are not compiled (as torch); disable=True leaves it eager
+    assert "_compiled_call_impl" not in copy.deepcopy(m).__dict__
+    assert "_compiled_call_impl" not in pickle.loads(pickle.dumps(m)).__dict__
+    lin = nn.Linear(2, 2)
+    lin.compile(disable=True)
+    assert lin.__dict__["_compiled_call_impl"] is None and lin(tg.ones(1, 2)).shape == (1, 2)

@@ -101,7 +101,24 @@ class Module:
                 result = res
         return result
 
-    __call__ = _call_impl
+    def __call__(self, *args, **kwargs):
+        compiled = self.__dict__.get("_compiled_call_impl")
+        if compiled is not None:     # Module.compile(): the compiled call in its place
+            return compiled(*args, **kwargs)
+        return self._call_impl(*args, **kwargs)
+
+    def compile(self, *args, **kwargs):
+        """Compile this module's call in place, as ``torch.nn.Module.compile``:
+        later calls of the module run ``tg.compile(self, *args, **kwargs)``'s
+        call (the same keywords as tg.compile).  Its parameters, buffers and
+        state_dict stay the module's own."""
+        compiled = api.compile(self, *args, **kwargs)
+        self.__dict__["_compiled_call_impl"] = compiled if compiled is not self else None
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state.pop("_compiled_call_impl", None)   # as torch: a copy or a pickle is not compiled
+        return state
 
     def register_forward_pre_hook(self, hook, *, prepend=False, with_kwargs=False):
         handle = RemovableHandle(self._forward_pre_hooks)
@@ -581,7 +598,7 @@ class _CallWithBufferWrites(Module):
 
     def forward(self, *args, **kwargs):
         with F._buffer_writes() as writes:
-            out = self.mod(*args, **kwargs)
+            out = self.mod._call_impl(*args, **kwargs)   # (not a Module.compile()d call again)
         if not writes:
             return out, {}
         names = {id(b): n for n, b in self.mod.named_buffers(remove_duplicate=False)}
@@ -654,7 +671,7 @@ class OptimizedModule(Module):
         if is_tracing():
             # called inside another transform (tg.grad(compiled_model)): its
             # ops join that trace, which cannot write buffers back
-            return self._orig_mod(*args, **kwargs)
+            return self._orig_mod._call_impl(*args, **kwargs)
         out, new = self._compiled_call(*args, **kwargs)
         if new:
             buffers = dict(self._orig_mod.named_buffers(remove_duplicate=False))
