@@ -244,13 +244,14 @@ def test_replace_all_batch_norm_modules_matches_torch_under_grad():
 
 def test_padded_max_pooling_and_new_layers_compile():
     """Max pooling pads with -inf, which the generated code must spell
-    (-np.inf); unfold and interpolate compile too."""
+    (-np.inf); unfold, fold and interpolate compile too."""
     rng = np.random.default_rng(8)
     x = tg.tensor(rng.standard_normal((2, 3, 7, 6)))
     F = nn.functional
     for f in (lambda x: F.max_pool2d(x, 3, stride=2, padding=1),
               lambda x: F.max_pool1d(x[:, :, 0], 2, padding=1),
               lambda x: F.unfold(x, (2, 3), padding=1, stride=(2, 1)),
+              lambda x: F.fold(F.unfold(x, (2, 3), padding=1) * 1.5, (7, 6), (2, 3), padding=1),
               lambda x: F.interpolate(x, scale_factor=1.5, mode="bilinear")):
         want = f(x)
         np.testing.assert_allclose(np.asarray(tg.compile(f)(x)), want.numpy(), rtol=1e-12)

@@ -15,7 +15,7 @@ from tracegrad.nn.parameter import Parameter, Buffer
 from tracegrad.nn.module import Module, OptimizedModule
 from tracegrad.nn.container import (Sequential, ModuleList, ModuleDict, ParameterList,
                                     ParameterDict)
-from tracegrad.nn.linear import (Identity, Linear, Bilinear, Flatten, Unflatten, Unfold,
+from tracegrad.nn.linear import (Identity, Linear, Bilinear, Flatten, Unflatten, Unfold, Fold,
                                  Upsample, Dropout, Dropout1d, Dropout2d, AlphaDropout,
                                  CosineSimilarity)
 from tracegrad.nn.padding import (ConstantPad1d, ConstantPad2d, ZeroPad1d, ZeroPad2d,
@@ -41,7 +41,7 @@ __all__ = [
     "functional", "init", "utils", "grad", "Parameter", "Buffer", "Module", "OptimizedModule",
     "Sequential", "ModuleList",
     "ModuleDict", "ParameterList", "ParameterDict", "Identity", "Linear", "Bilinear",
-    "Flatten", "Unflatten", "Unfold", "Upsample", "Dropout", "Dropout1d", "Dropout2d",
+    "Flatten", "Unflatten", "Unfold", "Fold", "Upsample", "Dropout", "Dropout1d", "Dropout2d",
     "AlphaDropout",
     "CosineSimilarity", "ConstantPad1d", "ConstantPad2d", "ZeroPad1d", "ZeroPad2d",
     "ReflectionPad1d", "ReflectionPad2d", "ReplicationPad1d", "ReplicationPad2d",

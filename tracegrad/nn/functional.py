@@ -51,7 +51,7 @@ from tracegrad.ops.elementwise import (abs as _abs, sqrt, square, expm1, erf, ma
                                        sigmoid as _sigmoid, relu as _relu, softplus as _softplus)
 from tracegrad.ops.reductions import mean as _mean, amax
 from tracegrad.ops.shape import expand_dims
-from tracegrad.ops.indexing import getitem
+from tracegrad.ops.indexing import getitem, index_add as _index_add
 from tracegrad.ops.numpy_functions import pad as _np_pad
 from tracegrad.ops import nn as _nn
 from tracegrad.ops.random import is_tracing
@@ -69,7 +69,7 @@ __all__ = [
     "conv_transpose1d", "conv_transpose2d", "max_pool1d", "max_pool2d", "avg_pool1d",
     "avg_pool2d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "batch_norm", "layer_norm",
     "group_norm", "instance_norm", "embedding", "scaled_dot_product_attention", "unfold",
-    "interpolate",
+    "fold", "interpolate",
 ]
 
 
@@ -1004,10 +1004,9 @@ def _out_len(L, k, s, d, lo, hi):
     return (L + lo + hi - d * (k - 1) - 1) // s + 1
 
 
-def _patches(x, ks, stride, dilation, outs):
-    """(N, C, *spatial) already padded -> (N, C, K, *outs), K = prod(ks): the
-    window of each kernel offset, gathered by one integer-array index (one
-    op and one scatter-add backward, however large the kernel)."""
+def _patch_index(ks, stride, dilation, outs):
+    """The index that takes (N, C, *spatial), already padded, to
+    (N, C, K, *outs), K = prod(ks): the window of each kernel offset."""
     nd = len(ks)
     K = int(np.prod(ks, dtype=np.int64))
     offsets = [g.reshape(K) for g in np.meshgrid(*(np.arange(k) for k in ks), indexing="ij")]
@@ -1018,7 +1017,14 @@ def _patches(x, ks, stride, dilation, outs):
         pos = offsets[i].reshape((K,) + (1,) * nd) * dilation[i] + \
             (np.arange(outs[i]) * stride[i]).reshape([1] + along)
         idx.append(np.ascontiguousarray(np.broadcast_to(pos, (K,) + tuple(outs))))
-    return getitem(x, (slice(None), slice(None)) + tuple(idx))
+    return (slice(None), slice(None)) + tuple(idx)
+
+
+def _patches(x, ks, stride, dilation, outs):
+    """(N, C, *spatial) already padded -> (N, C, K, *outs): gathered by one
+    integer-array index (one op and one scatter-add backward, however large
+    the kernel)."""
+    return getitem(x, _patch_index(ks, stride, dilation, outs))
 
 
 def _pad_spatial(x, widths, value=0.0):
@@ -1324,6 +1330,42 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
     cols = reshape(_patches(x, ks, stride, dilation, outs),
                    (N, C * ks[0] * ks[1], outs[0] * outs[1]))
     return getitem(cols, 0) if len(s) == 3 else cols
+
+
+def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
+    """col2im, the transpose of ``unfold``: (N, C * kH * kW, L) columns of
+    sliding blocks -> (N, C, *output_size), the blocks' overlapping values
+    added (one scatter-add, the adjoint of unfold's gather)."""
+    s = _shape(input)
+    if len(s) not in (2, 3):
+        raise ArgumentError(f"Input Error: Only unbatched (2D) or batched (3D) input Tensors are "
+                            f"supported (got {len(s)}D)")
+    cols = expand_dims(input, 0) if len(s) == 2 else input
+    size = _tuple(output_size, 2, "output_size")
+    ks = _tuple(kernel_size, 2, "kernel_size")
+    dilation = _tuple(dilation, 2, "dilation")
+    stride = _tuple(stride, 2, "stride")
+    pads = _tuple(padding, 2, "padding")
+    outs = tuple(_out_len(size[i], ks[i], stride[i], dilation[i], pads[i], pads[i])
+                 for i in range(2))
+    N, CK, L = _shape(cols)
+    K = ks[0] * ks[1]
+    if CK % K:
+        raise ArgumentError(f"Expected size of input's dimension 1 to be divisible by the "
+                            f"product of kernel_size, but got input.size(1)={CK} and "
+                            f"kernel_size={ks}")
+    if any(o <= 0 for o in outs) or L != outs[0] * outs[1]:
+        raise ArgumentError(f"Given output_size={size}, kernel_size={ks}, dilation={dilation}, "
+                            f"padding={pads}, stride={stride}, expected size of input's "
+                            f"dimension 2 to match the calculated number of sliding blocks "
+                            f"{outs[0]} * {outs[1]} = {outs[0] * outs[1]}, but got "
+                            f"input.size(2)={L}.")
+    padded = (N, CK // K) + tuple(size[i] + 2 * pads[i] for i in range(2))
+    blocks = reshape(cols, (N, CK // K, K) + outs)
+    out = _index_add(blocks, _patch_index(ks, stride, dilation, outs), padded)
+    out = getitem(out, (slice(None), slice(None)) + tuple(
+        slice(pads[i], pads[i] + size[i]) for i in range(2)))
+    return getitem(out, 0) if len(s) == 2 else out
 
 
 _INTERPOLATE_DIMS = {"linear": 1, "bilinear": 2, "trilinear": 3}

@@ -119,6 +119,26 @@ class Unfold(Module):
                 f"padding={self.padding}, stride={self.stride}")
 
 
+class Fold(Module):
+    """Sliding local blocks as columns back into a batched image (F.fold, col2im)."""
+
+    def __init__(self, output_size, kernel_size, dilation=1, padding=0, stride=1):
+        super().__init__()
+        self.output_size = output_size
+        self.kernel_size = kernel_size
+        self.dilation = dilation
+        self.padding = padding
+        self.stride = stride
+
+    def forward(self, input):
+        return F.fold(input, self.output_size, self.kernel_size, self.dilation, self.padding,
+                      self.stride)
+
+    def extra_repr(self):
+        return (f"output_size={self.output_size}, kernel_size={self.kernel_size}, "
+                f"dilation={self.dilation}, padding={self.padding}, stride={self.stride}")
+
+
 class Upsample(Module):
     """Resizes the spatial dims (F.interpolate) to ``size`` or by ``scale_factor``."""
 
