@@ -252,7 +252,8 @@ def test_padded_max_pooling_and_new_layers_compile():
               lambda x: F.max_pool1d(x[:, :, 0], 2, padding=1),
               lambda x: F.unfold(x, (2, 3), padding=1, stride=(2, 1)),
               lambda x: F.fold(F.unfold(x, (2, 3), padding=1) * 1.5, (7, 6), (2, 3), padding=1),
-              lambda x: F.interpolate(x, scale_factor=1.5, mode="bilinear")):
+              lambda x: F.interpolate(x, scale_factor=1.5, mode="bilinear"),
+              lambda x: F.interpolate(x, size=(9, 4), mode="bicubic")):
         want = f(x)
         np.testing.assert_allclose(np.asarray(tg.compile(f)(x)), want.numpy(), rtol=1e-12)
         xe = tg.tensor(x.numpy(), requires_grad=True)

@@ -1368,7 +1368,30 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
     return getitem(out, 0) if len(s) == 2 else out
 
 
-_INTERPOLATE_DIMS = {"linear": 1, "bilinear": 2, "trilinear": 3}
+_INTERPOLATE_DIMS = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}
+
+
+def _cubic_along(x, src, n_in, ax, dt, trailing, A=-0.75):
+    """Bicubic interpolation along axis ``ax`` at source coordinates ``src``:
+    the four neighbours floor(src) - 1 .. floor(src) + 2 (clamped to the
+    input), weighted by Keys' cubic convolution with torch's A = -0.75."""
+    base = np.floor(src)
+    t = src - base
+
+    def near(d):      # |d| <= 1
+        return ((A + 2) * d - (A + 3)) * d * d + 1
+
+    def far(d):       # 1 < |d| < 2
+        return ((A * d - 5 * A) * d + 8 * A) * d - 4 * A
+
+    weights = (far(t + 1), near(t), near(1 - t), far(2 - t))
+    out = None
+    for k, w in enumerate(weights):
+        idx = np.clip(base.astype(np.int64) - 1 + k, 0, n_in - 1)
+        term = mul(getitem(x, (slice(None),) * ax + (idx,)),
+                   _value(w.astype(dt).reshape((len(src),) + (1,) * trailing), x))
+        out = term if out is None else add(out, term)
+    return out
 
 
 def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
@@ -1377,23 +1400,26 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     ``scale_factor``: ``nearest`` / ``nearest-exact`` pick a source element,
     ``linear`` / ``bilinear`` / ``trilinear`` mix the two neighbours along
     each dim (torch's source coordinates, ``align_corners`` included),
-    ``area`` is adaptive average pooling.  A gather and a weighted sum per
-    dim, so gradients come from those rows."""
+    ``bicubic`` the four nearest with torch's cubic convolution weights
+    (A = -0.75, indices clamped at the borders), ``area`` is adaptive
+    average pooling.  Gathers and a weighted sum per dim, so gradients come
+    from those rows."""
     s = _shape(input)
     nd = len(s) - 2
     if nd < 1:
         raise ArgumentError(f"interpolate: expected a batched input with spatial dims (N, C, "
                             f"...), got input of size {list(s)}")
-    if mode in ("bicubic",) or antialias:
-        raise NotImplementedError(f"F.interpolate(mode={mode!r}, antialias={antialias}) is not "
-                                  f"supported by tracegrad; use mode='bilinear' or 'nearest'")
+    if antialias:
+        raise NotImplementedError(f"F.interpolate(mode={mode!r}, antialias=True) is not "
+                                  f"supported by tracegrad; leave antialias out")
     want = _INTERPOLATE_DIMS.get(mode)
     if want is not None and want != nd:
         raise NotImplementedError(f"Got {len(s)}D input, but {mode} mode needs {want + 2}D "
                                   f"input")
     if mode not in ("nearest", "nearest-exact", "area") and want is None:
         raise ArgumentError(f"interpolate: unknown mode {mode!r}; expected 'nearest', "
-                            f"'nearest-exact', 'linear', 'bilinear', 'trilinear' or 'area'")
+                            f"'nearest-exact', 'linear', 'bilinear', 'bicubic', 'trilinear' or "
+                            f"'area'")
     if align_corners is not None and want is None:
         raise ArgumentError("align_corners option can only be set with the interpolating modes: "
                             "linear | bilinear | bicubic | trilinear")
@@ -1428,8 +1454,13 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
             continue
         if align_corners:
             src = dst * ((n_in - 1) / (n_out - 1)) if n_out > 1 else np.zeros(n_out)
+        elif mode == "bicubic":
+            src = (dst + 0.5) * scale - 0.5      # (torch does not clamp it at 0 for cubic)
         else:
             src = np.maximum((dst + 0.5) * scale - 0.5, 0.0)
+        if mode == "bicubic":
+            x = _cubic_along(x, src, n_in, ax, dt, nd - 1 - i)
+            continue
         i0 = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
         i1 = np.minimum(i0 + 1, n_in - 1)
         lam = (src - i0).astype(dt).reshape((n_out,) + (1,) * (nd - 1 - i))
