@@ -152,3 +152,18 @@ def test_device_as_context_manager():
         assert tg.zeros(1).device == tg.device("cpu")
         assert tg.get_default_device() == tg.device("cpu")
     assert tg.get_default_device() == tg.device("cpu")
+
+
+@pytest.mark.parametrize("data,want", [
+    (np.float64(1.0), "float64"), ([np.float64(1.0), 2.0], "float64"),
+    ([1.0, np.float64(2.0)], "float64"), ([[1.0], [np.float64(2.0)]], "float64"),
+    (np.complex128(1.0), "complex128"), (np.float16(1.0), "float16"),
+    ([np.float32(1.0), np.float32(2.0)], "float32"), ([1.0, 2.0], "float32"), (1.0, "float32"),
+    (np.int64(3), "int64")])
+def test_numpy_scalars_keep_their_dtype_in_tensor(data, want):
+    # torch.tensor(np.float64(x)) is float64 (torch 2.13: a NumPy scalar, also
+    # inside a list, says its dtype); only Python numbers take the default
+    # (float32 here).  The fuzzer found float32 (precision silently lost).
+    assert tg.get_default_dtype() == tg.float32
+    assert str(tg.tensor(data).dtype) == want
+    assert str(tg.as_tensor(data).dtype) == want

@@ -15,16 +15,34 @@ from tracegrad.ops.random import is_tracing, traced_generator
 
 def _default_float(arr, data):
     """A float64 (complex128) array made from Python numbers takes the
-    default dtype (its complex partner), as torch.tensor does; NumPy arrays
-    and Tensors keep their own dtype."""
+    default dtype (its complex partner), as torch.tensor does; NumPy arrays,
+    NumPy scalars (np.float64(x), also inside a list) and Tensors keep their
+    own dtype."""
     dt = _Defaults.dtype
-    if dt.itemsize == 8 or isinstance(data, (Tensor, _ndarray)) or hasattr(data, "__cuda_array_interface__"):
+    if dt.itemsize == 8 or isinstance(data, (Tensor, _ndarray, np.generic)) or \
+            hasattr(data, "__cuda_array_interface__"):
+        return arr
+    if arr.dtype in (np.float64, np.complex128) and _holds_wide_numpy_scalar(data):
         return arr
     if arr.dtype == np.float64:
         return arr.astype(dt)
     if arr.dtype == np.complex128:
         return arr.astype(np.complex64 if dt.itemsize == 4 else np.complex128)
     return arr
+
+
+def _holds_wide_numpy_scalar(data):
+    """Does a (nested) list or tuple hold a NumPy float64 or complex128
+    scalar?  torch.tensor([np.float64(1), 2.0]) is float64, as its items
+    say, where [1.0, 2.0] takes the default dtype."""
+    stack = [data]
+    while stack:
+        d = stack.pop()
+        if isinstance(d, (list, tuple)):
+            stack.extend(d)
+        elif isinstance(d, (np.float64, np.complex128)):
+            return True
+    return False
 
 
 def _make(data, requires_grad):
