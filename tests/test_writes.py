@@ -527,3 +527,34 @@ def _partition(x):
                          ids=lambda f: f.__name__.strip("_"))
 def test_in_place_sort(f):
     check(f, X)
+
+
+def test_views_of_a_numpy_scalar_are_new_arrays():
+    # np.var(x, axis=0) of a vector and np.sum(x) are NumPy scalars: a reshape
+    # or transpose of one is a new array (a new scalar where 0-d), so writes
+    # into it never reach the scalar.  The fuzzer found the compiled path
+    # writing through (a wrong value, no error); compile=False did the same.
+    def f(x):
+        s = np.sum(x)
+        a = np.reshape(s, (1,))
+        a += 1.0
+        z = np.zeros(())
+        v = z.reshape(1)
+        v += 2.0                       # a 0-d array: v is its view, z changes
+        r = np.reshape(s * 1.0, ())
+        w = r.reshape(1)
+        w += 5.0
+        m = np.var(x, axis=0)
+        t = np.reshape(m, (1, 1, -1)).transpose((0, 2, 1))
+        t += 0.75
+        return s + a[0] * 10 + z * 100 + r * 1000 + m * 10000 + np.sum(t)
+
+    x = np.array([-0.358, -0.152, -0.916])
+    want = f(x.copy())
+    eps = 1e-6
+    fd = np.array([(f(x + eps * e) - f(x - eps * e)) / (2 * eps) for e in np.eye(3)])
+    np.testing.assert_allclose(tg.compile(f)(x.copy()), want, rtol=1e-12)
+    for compile in (True, False):
+        v, g = tg.value_and_grad(f, compile=compile)(x.copy())
+        np.testing.assert_allclose(v, want, rtol=1e-12)
+        np.testing.assert_allclose(g, fd, rtol=1e-6)

@@ -231,7 +231,12 @@ def eager_bind(prim, args, attrs):
             out = (mod if mod is not np else xp).asarray(out)
         if cls is None:
             return out
-        if prim.view and prim.name in _TORCH_COPIES and cls._face == "torch":
+        scalar_copy = prim.view and cls._face == "numpy" and \
+            getattr(args[0], "_rebinds", None) is not None and args[0]._rebinds()
+        if scalar_copy or (prim.view and prim.name in _TORCH_COPIES and cls._face == "torch"):
+            # (a reshape or an index of a NumPy scalar, np.var(x, axis=0) of a
+            # vector say, is a new array, or a new scalar where it is 0-d:
+            # writes into it do not reach the scalar)
             out = out.copy()
         elif prim.view:
             src = args[0]

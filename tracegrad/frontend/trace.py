@@ -931,6 +931,12 @@ class Trace:
                     not any(it[0] == "e" for it in attrs["index"]):
                 return result            # an element (every axis an integer): a NumPy scalar
             src = args[0]
+            if src._face == "numpy" and src.shape == () and not src._array and \
+                    src._view is None and not any(a is src for a in self.arguments):
+                # a NumPy scalar (np.var(x, axis=0) of a vector, say): a reshape
+                # or an index of it is a new array (a new scalar where 0-d),
+                # which writes do not link back
+                return result
             base, chain = (src._view[0], src._view[1]) if src._view is not None else (src, ())
             is_view = _reshape_is_view(base, chain, attrs["shape"]) \
                 if prim.name == "reshape" else True
