@@ -1308,6 +1308,13 @@ def adaptive_avg_pool2d(input, output_size):
     return _adaptive_avg_poolnd(input, output_size, 2, "adaptive_avg_pool2d")
 
 
+def _block_args(kernel_size, dilation, padding, stride):
+    """unfold's and fold's block arguments, each as a pair (H, W)."""
+    return tuple(_tuple(v, 2, name) for v, name in ((kernel_size, "kernel_size"),
+                                                    (dilation, "dilation"),
+                                                    (padding, "padding"), (stride, "stride")))
+
+
 def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
     """im2col: (N, C, H, W) -> (N, C * kH * kW, L), one column per position of
     the (dilated) kernel over the zero-padded input, as the convolutions use."""
@@ -1316,10 +1323,8 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
         raise ArgumentError(f"Input Error: Only 3D or 4D input Tensors are supported (got "
                             f"{len(s)}D)")
     x = expand_dims(input, 0) if len(s) == 3 else input
-    ks = _tuple(kernel_size, 2, "kernel_size")
-    dilation = _tuple(dilation, 2, "dilation")
-    stride = _tuple(stride, 2, "stride")
-    x = _pad_spatial(x, [(p, p) for p in _tuple(padding, 2, "padding")])
+    ks, dilation, padding, stride = _block_args(kernel_size, dilation, padding, stride)
+    x = _pad_spatial(x, [(p, p) for p in padding])
     sp = _shape(x)[2:]
     outs = tuple(_out_len(sp[i], ks[i], stride[i], dilation[i], 0, 0) for i in range(2))
     if any(o <= 0 for o in outs):
@@ -1342,10 +1347,7 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
                             f"supported (got {len(s)}D)")
     cols = expand_dims(input, 0) if len(s) == 2 else input
     size = _tuple(output_size, 2, "output_size")
-    ks = _tuple(kernel_size, 2, "kernel_size")
-    dilation = _tuple(dilation, 2, "dilation")
-    stride = _tuple(stride, 2, "stride")
-    pads = _tuple(padding, 2, "padding")
+    ks, dilation, pads, stride = _block_args(kernel_size, dilation, padding, stride)
     outs = tuple(_out_len(size[i], ks[i], stride[i], dilation[i], pads[i], pads[i])
                  for i in range(2))
     N, CK, L = _shape(cols)
