@@ -49,6 +49,9 @@ import tracegrad as tg  # noqa: E402
 from tracegrad import api  # noqa: E402
 from tracegrad.runtime import cache, pipeline  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _machine import blas_info  # noqa: E402
+
 STAGES = ("trace", "graph", "adjoint", "codegen", "build")
 _times = {}
 
@@ -132,16 +135,6 @@ def _same(a, b):
     return all(np.allclose(x, y, rtol=1e-9, atol=1e-12) for x, y in zip(fa, fb))
 
 
-def kernel_info():
-    try:
-        from threadpoolctl import threadpool_info
-        return "; ".join(f"{i.get('internal_api')} {i.get('version')} "
-                         f"{i.get('architecture')} threads={i.get('num_threads')}"
-                         for i in threadpool_info())
-    except ImportError:
-        return "threadpoolctl not installed"
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", default="100,1000,10000")
@@ -154,7 +147,7 @@ def main():
           f"{os.cpu_count()} cores; python {platform.python_version()}; numpy {np.__version__}")
     print(f"# C compiler: {rec['compiler'] if rec else 'none'}; flags "
           f"{' '.join(rec['flags']) if rec else ''}")
-    print(f"# BLAS: {kernel_info()}")
+    print(f"# BLAS: {blas_info()}")
     for backend in a.backends.split(","):     # imports and the compiler's recipe: not timed
         compile_once("ew", 2, backend)
     print("| family | nodes (fwd) | nodes (v&g) | backend | trace | graph | adjoint | codegen "

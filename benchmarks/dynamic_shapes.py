@@ -33,16 +33,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-
-def _blas():
-    try:
-        from threadpoolctl import threadpool_info
-        return "; ".join(f"{i.get('internal_api')} {i.get('version')} "
-                         f"{i.get('architecture')} threads={i.get('num_threads')}"
-                         for i in threadpool_info())
-    except ImportError:
-        return "threadpoolctl not installed"
+from _machine import blas_info  # noqa: E402
 
 
 def _ms(xs):
@@ -168,7 +159,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="tg-dynamic-bench-")
     os.environ["TRACEGRAD_CACHE_DIR"] = tmp     # a fresh disk cache: every size is new
     import tracegrad as tg
-    print(f"# tracegrad {tg.__version__}, numpy {np.__version__}; BLAS: {_blas()}")
+    print(f"# tracegrad {tg.__version__}, numpy {np.__version__}; BLAS: {blas_info()}")
     from tracegrad.runtime import toolchain
     rec = toolchain.recipe_or_none() or {}
     print(f"# native: {rec.get('compiler')}, {rec.get('isa')}, threads={rec.get('threads')} "
