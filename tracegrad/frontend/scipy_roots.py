@@ -971,15 +971,21 @@ def _result(**fields):
     return scipy.optimize.OptimizeResult(**fields)
 
 
+def _method_kwargs(qualname, method, rest, kwargs):
+    """root's and minimize's own keywords (tol, options) and method; a
+    callback (run on every iteration's values) declines the graph node."""
+    kw = _rest_kwargs(rest, ("tol", "callback", "options"), kwargs)
+    if kw.pop("callback", None) is not None:
+        _decline(qualname, "a callback")
+    kw["method"] = method
+    return kw
+
+
 def _graph_root(fun, x0, args, method, jac, rest, kwargs):
     qualname = "scipy.optimize.root"
     if jac is True:
         _decline(qualname, "jac=True (fun returning its Jacobian)")
-    kw = _rest_kwargs(rest, ("tol", "callback", "options"), kwargs)
-    if kw.get("callback") is not None:
-        _decline(qualname, "a callback")
-    kw.pop("callback", None)
-    kw["method"] = method
+    kw = _method_kwargs(qualname, method, rest, kwargs)
     x, ok, nit, nfev, R, consts = _graph_vector_root(qualname, "root", fun, x0, args, "jac",
                                                      jac, _opts(qualname, kw))
     from tracegrad.ops.control import eval_body
@@ -1001,11 +1007,7 @@ def _graph_minimize(fun, x0, args, method, jac, hess, hessp, bounds, constraints
         _decline(qualname, "jac=True, hess or hessp")
     if callable(method):
         _decline(qualname, "a custom method")
-    kw = _rest_kwargs(rest, ("tol", "callback", "options"), kwargs)
-    if kw.get("callback") is not None:
-        _decline(qualname, "a callback")
-    kw.pop("callback", None)
-    kw["method"] = method
+    kw = _method_kwargs(qualname, method, rest, kwargs)
     if isinstance(jac, str):
         kw["jac"] = jac
         jac = None
