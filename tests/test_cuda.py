@@ -219,16 +219,12 @@ def _leaves(x):
     return [x]
 
 
-def _host(a):
-    return a.get() if hasattr(a, "get") else np.asarray(a)
-
-
 def _assert_close(got, want, dtype):
     g, w = _leaves(got), _leaves(want)
     assert len(g) == len(w)
     tol = dict(rtol=1e-10, atol=1e-12) if dtype == np.float64 else dict(rtol=3e-4, atol=3e-5)
     for a, b in zip(g, w):
-        a, b = _host(a), np.asarray(b)
+        a, b = testing.to_host(a), np.asarray(b)
         assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, a.dtype, b.shape, b.dtype)
         np.testing.assert_allclose(a, b, **tol)
 
@@ -522,7 +518,7 @@ def test_floor_division_and_remainder_follow_numpy_on_every_sign(emulator, dtype
         want = f(a, b)
         got = tg.compile(f, backend="cupy")(emulator.asarray(a), emulator.asarray(b))
     for g, w in zip(got, want):
-        g = _host(g)
+        g = testing.to_host(g)
         assert g.dtype == w.dtype
         np.testing.assert_array_equal(g, w)
 
