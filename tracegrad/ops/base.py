@@ -472,10 +472,19 @@ transpose_p = register(
 # --- matrix product -----------------------------------------------------------------
 
 def _matmul_shape(a, b):
-    out = np.matmul(np.zeros(a.shape[-2:] if len(a.shape) >= 2 else a.shape, a.dtype),
-                    np.zeros(b.shape[-2:] if len(b.shape) >= 2 else b.shape, b.dtype))
-    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    return Aval(batch + out.shape, out.dtype)
+    """matmul's result shape and dtype from shapes alone (no product is
+    computed); where NumPy would refuse the shapes, its own error is raised
+    by a matmul of zero-stride stand-ins, which stops before computing."""
+    sa, sb = tuple(a.shape), tuple(b.shape)
+    dtype = np.matmul(np.zeros((1,) * min(len(sa), 2), a.dtype),
+                      np.zeros((1,) * min(len(sb), 2), b.dtype)).dtype if sa and sb else None
+    if not sa or not sb or sa[-1] != (sb[-2] if len(sb) >= 2 else sb[0]):
+        np.matmul(np.broadcast_to(np.zeros((), a.dtype), sa),
+                  np.broadcast_to(np.zeros((), b.dtype), sb))
+        raise AssertionError(f"matmul of shapes {sa} and {sb} was expected to fail")
+    core = (sa[-2:-1] if len(sa) >= 2 else ()) + (sb[-1:] if len(sb) >= 2 else ())
+    batch = broadcast_shapes(sa[:-2], sb[:-2])
+    return Aval(batch + core, dtype)
 
 
 def _mT(x):
