@@ -1,6 +1,7 @@
 """The statement order and buffer reuse of generated NumPy code (issue 29,
 item 6): few buffers alive at once, never a buffer reused while something
 still reads it, and draws from NumPy's random state in the order written."""
+import re
 import tracemalloc
 
 import networkx as nx
@@ -59,6 +60,29 @@ def test_a_buffer_with_dead_views_is_reused_and_freed():
     assert "del " in src
     peak, (v, grads) = _peak(lambda: vg(*args))
     assert peak <= 2.3 * b * hid * 8, peak / (b * hid * 8)   # two batch x hidden arrays
+    eager = tg.value_and_grad(mlp, argnums=(0, 1, 2, 3), compile=False)(*args)
+    np.testing.assert_allclose(v, eager[0], rtol=1e-12)
+    for a, e in zip(grads, eager[1]):
+        np.testing.assert_allclose(a, e, rtol=1e-10, atol=1e-14)
+
+
+def test_a_pooled_buffer_no_later_value_takes_is_freed():
+    # r*r (batch x 10) dies at the sum; it waited in the pool for the one
+    # later value of its shape, which went into r's own buffer instead
+    # (out=): it is now freed before the batch x hidden product d @ W2.T
+    rng = np.random.default_rng(2)
+    b, hid = 1024, 64
+    args = [rng.standard_normal((64, hid)) * 0.1, np.zeros(hid),
+            rng.standard_normal((hid, 10)) * 0.1, np.zeros(10),
+            rng.standard_normal((b, 64)), rng.standard_normal((b, 10))]
+    vg = tg.value_and_grad(mlp, argnums=(0, 1, 2, 3), backend="numpy")
+    lines = [ln.split("#")[0].strip() for ln in vg.lower(*args).source.splitlines()]
+    square = next(m.group(1) for ln in lines
+                  if (m := re.fullmatch(r"(t\d+) = np\.multiply\((t\d+), \2\)", ln)))
+    w2t = next(ln.split(" = ")[0] for ln in lines if ln.endswith("= W2.transpose((1, 0))"))
+    product = next(i for i, ln in enumerate(lines) if f", {w2t})" in ln and "np.matmul(" in ln)
+    assert f"del {square}" in lines[:product], "\n".join(lines)
+    v, grads = vg(*args)
     eager = tg.value_and_grad(mlp, argnums=(0, 1, 2, 3), compile=False)(*args)
     np.testing.assert_allclose(v, eager[0], rtol=1e-12)
     for a, e in zip(grads, eager[1]):

@@ -25,9 +25,9 @@ from tracegrad.ir import graph as ir
 from tracegrad.ops import primitives
 
 
-# Arrays at least this large are freed (``del``) as soon as they are dead
+# Arrays at least this large (32 KiB of float64) are freed (``del``) as soon as they are dead
 # and not kept for reuse, to bound peak memory.
-DEL_MIN_ELEMENTS = 1 << 16
+DEL_MIN_ELEMENTS = 1 << 12
 
 
 # Names the generated code binds or reads, besides those beginning with "_"
@@ -350,6 +350,14 @@ class BufferPlanner:
                     self._large(u) and not any(g.nodes[w]["op"] == "proj" for w in self._view_names(u)):
                 # its views are dead too: drop their names, or they hold it
                 dels += [u] + [w for w in self._view_names(u) if w not in self.handed_on]
+        if self.last_made is not None:
+            # a buffer pooled for a later value of its shape that took
+            # another buffer (out= over an operand): none is left to take it
+            for key in [k for k in self.pool if self.last_made.get(k, -1) <= i]:
+                for u in self.pool.pop(key):
+                    if self._large(u):
+                        for w in [u] + self.holders.get(u, []):
+                            dels += [w] + self._view_names(w)
         # a view of two values is named once
         dels = [u for u in dict.fromkeys(dels) if u not in self.deleted]
         self.deleted.update(dels)
