@@ -393,14 +393,14 @@ def worker(system, workload, tiny):
 
 # --- what the generated code holds ----------------------------------------------------------
 
-_STMT = re.compile(r"^    (t\d+) = (.*?)  # %(\d+) (\S+)")
+_STMT = re.compile(r"^    (t\d+|_b\d+) = (.*?)  # %(\d+) (\S+?):?(?= |$)(.*)")
 _YS = re.compile(r"^    _(t\d+)_y\d+ = np\.empty\((\(.*?\)), dtype=np\.(\w+)\)")
 _TUPLE = re.compile(r"^    (t\d+) = \((.*)\)$")
 _DEL = re.compile(r"^    del (.*)$")
-_NAME = re.compile(r"\bt\d+\b")
+_NAME = re.compile(r"\b(?:t|_b)\d+\b")
 
 
-def source_liveness(source, graph):
+def source_liveness(source, graph, kept_sizes=None):
     """Walk the generated function ``value_and_grad`` statement by statement
     and follow the buffers its names hold: a fresh result is a new buffer; a
     result written with out= lives in that buffer; a view (transpose,
@@ -433,9 +433,14 @@ def source_liveness(source, graph):
         if m:
             name, expr, node, op = m.group(1), m.group(2), int(m.group(3)), m.group(4)
             into = re.search(r"out=(t\d+)", expr)
+            # the native driver: a kernel's output over an operand or a dead buffer
+            if into is None and re.fullmatch(r"t\d+", expr) and \
+                    re.match(r" (over|into the buffer of) %", m.group(5)):
+                into = re.match(r"(t\d+)", expr)
             reads = set(_NAME.findall(expr)) - {name}
-            if expr.startswith("_s["):
+            if expr.startswith("_s[") or "out=_s[" in expr:
                 kind = "kept"
+                into = re.search(r"_s\[(\d+)\]", expr)
             elif into is not None:
                 kind = "into"
             else:
@@ -498,18 +503,25 @@ def source_liveness(source, graph):
             shape = d.get("shape")
             nbytes = int(np.prod(shape)) * np.dtype(d.get("dtype", "float64")).itemsize \
                 if shape is not None else 0
-            if kind == "into":
+            if kind == "into" and detail in buf:
                 counts["into dead buffer"] += 1
                 buf[name] = buf.get(detail)
             elif kind == "view":
                 counts["views"] += 1
                 base = [u for u in sorted(reads) if buf.get(u) is not None]
                 buf[name] = buf[base[0]] if base else None
+            elif kind == "kept":
+                # one kept buffer may serve several names (the native
+                # driver's row blocks): its size is the _Scratch entry's
+                key = f"_s[{detail}]"
+                if key not in size:
+                    counts["kept"] += 1
+                    size[key] = kept_sizes[int(detail)] if kept_sizes else nbytes
+                buf[name] = key
+                kept.add(key)
             else:
-                counts["kept" if kind == "kept" else "fresh arrays"] += 1
+                counts["fresh arrays"] += 1
                 buf[name], size[name] = name, nbytes
-                if kind == "kept":
-                    kept.add(name)
         if name:
             bound.add(name)
         held = {buf[u] for u in bound if buf.get(u) is not None}
@@ -539,12 +551,15 @@ def plan_report(system, workload, size):
            "whole C function": "_tg_whole(" in src or "tg_whole" in src.split("def value_and_grad")[-1]}
     # the native driver's buffers kept from one call to the next
     import ast
-    kept = 0
-    for m in re.finditer(r"^_scratch_\w+ = _Scratch\((.*)\)$", src, re.M):
-        for shape, dt in ast.literal_eval(m.group(1)):
-            kept += int(np.prod(shape)) * np.dtype(dt).itemsize
+    kept, kept_sizes = 0, None
+    for m in re.finditer(r"^_scratch_(\w+) = _Scratch\((.*)\)$", src, re.M):
+        sizes = [int(np.prod(shape)) * np.dtype(dt).itemsize
+                 for shape, dt in ast.literal_eval(m.group(2))]
+        kept += sum(sizes)
+        if m.group(1) == "value_and_grad":
+            kept_sizes = sizes
     rep["kept between calls"] = kept
-    live = source_liveness(src, low.graph)
+    live = source_liveness(src, low.graph, kept_sizes)
     if live:
         rep.update(live)
     return rep

@@ -790,7 +790,74 @@ def fusion_groups(g):
         ordered = sorted(nodes, key=index.__getitem__)
         out += _bounded(g, ordered, reductions[gid])
     out.sort(key=lambda grp: index[grp.nodes[0]])
-    return _without_cycles(g, out, index)
+    return _without_cycles(g, _sink_into_readers(g, out, index), index)
+
+
+def _sink_into_readers(g, groups, index):
+    """Move the nodes a kernel computes only for one later kernel into that
+    kernel, where their operands are at hand anyway.
+
+    The greedy merge puts a node in the kernel of its operand: in an MLP's
+    gradient ``1 - h*h`` joins the forward kernel of ``h = tanh(a)``, which
+    then stores both h and 1 - h*h, although only the backward kernel
+    ``dh * (1 - h*h)`` reads the second.  Computed there instead, from h
+    (stored anyway, for the matrix products), one array is neither stored
+    nor kept alive.  A set S of nodes of a group moves into group T when
+    every reader of a node of S is in S or T (never a graph output, a fused
+    sum or another kernel), and S reads no value of its group that the
+    group did not store anyway and no more full-size arrays than it stops
+    storing.  The contracted graph stays acyclic: T already came after the
+    group and after everything S reads."""
+    outs = set(g.graph["outputs"])
+    group_of = {}
+    for gi, grp in enumerate(groups):
+        for v in grp.nodes:
+            group_of[v] = gi
+        for r in grp.reductions:
+            group_of[r] = ("sum", gi)
+    moved = False
+    for gi, grp in enumerate(groups):
+        members = set(grp.nodes)
+        dest = {}
+        for v in reversed(grp.nodes):
+            if v in outs:
+                continue
+            targets = {dest.get(w, group_of.get(w)) if w in members else group_of.get(w)
+                       for w in g.successors(v)}
+            if len(targets) != 1:
+                continue
+            (t,) = targets
+            if isinstance(t, int) and t != gi and groups[t].shape == grp.shape:
+                dest[v] = t
+        for t in sorted(set(dest.values())):
+            S = [v for v in grp.nodes if dest.get(v) == t]
+            if len(groups[t].nodes) + len(S) > FUSION_MAX_NODES:
+                continue
+            inside = set(S)
+            stops_storing = sum(1 for v in S if any(w not in inside for w in g.successors(v)))
+            new_loads, ok = set(), True
+            for v in S:
+                for u in ir.operands(g, v):
+                    if u in inside or group_of.get(u) == t:
+                        continue
+                    if u in members and not any(group_of.get(w) != gi and w not in inside
+                                                for w in g.successors(u)) and u not in outs:
+                        ok = False      # its group would have to store it now
+                    du = g.nodes[u]
+                    if du["op"] != "const" and tuple(du.get("shape") or ()) == tuple(grp.shape):
+                        new_loads.add(u)
+            if not ok or len(new_loads) > stops_storing:
+                continue
+            grp.nodes = [v for v in grp.nodes if v not in inside]
+            groups[t].nodes = sorted(groups[t].nodes + S, key=index.__getitem__)
+            for v in S:
+                group_of[v] = t
+            members -= inside
+            moved = True
+    if not moved:
+        return groups
+    return sorted((grp for grp in groups if grp.nodes),
+                  key=lambda grp: index[grp.nodes[0]])     # by first node, as before
 
 
 # A kernel's loop body is one basic block of its group's nodes: the C

@@ -138,11 +138,12 @@ class Kernel:
         self.name = name
         self.target = target
         self.group = group
-        self.shape = tuple(group.shape)
+        self.shape = tuple(g.nodes[group.nodes[0]]["shape"])     # (a row block's, in blocks)
         self.n = numel(self.shape)
         self.params = []      # C parameter declarations
         self.param_info = []  # per parameter: (C type, elements, written by the kernel)
         self.args = []        # driver expressions, one per parameter
+        self.arg_nodes = []   # the node each parameter passes
         self.hoisted = []     # loads of one-element inputs, before the loop
         self.coords = []      # index arithmetic at the top of the loop
         self.body = []        # {"code", "comment", "source"} inside the loop
@@ -227,6 +228,7 @@ class Kernel:
             self.param_info.append((ct, numel(ds["shape"]), False))
             arg = names[src] if ds["op"] != "const" else const_name(src)
             self.args.append(self.target.pass_array.format(arg=arg, dtype=ds["dtype"].name))
+            self.arg_nodes.append(src)
             line = {"code": f"const {ct} {var} = {pname}[{off}];",
                     "comment": f"%{src} {ds['op'] if ds['op'] != 'input' else 'input ' + names[src]}"
                                f" {ds['dtype']}{list(ds['shape'])}"
@@ -297,6 +299,7 @@ class Kernel:
                 self.params.append(f"{ctype(d['dtype'])}* __restrict__ {pname}")
                 self.param_info.append((ctype(d["dtype"]), self.n, True))
                 self.args.append(f"t{v}")
+                self.arg_nodes.append(v)
                 self.stores.append({"code": f"{pname}[i] = v{v};", "comment": f"%{v} {d['op']}"})
                 self.outputs.append((v, f"t{v}"))
         for r in self.group.reductions:
@@ -307,6 +310,7 @@ class Kernel:
             self.params.append(f"{ct}* __restrict__ {pname}")
             self.param_info.append((ct, numel(d["shape"]), True))
             self.args.append(f"_p{r}")
+            self.arg_nodes.append(r)
             self.accs.append({"decl": f"{ct} acc{r} = 0;",
                               "add": f"acc{r} += v{u};",
                               "store": self.target.acc_store.format(param=pname, acc=f"acc{r}"),
@@ -388,7 +392,8 @@ class Function:
                 kname = f"tg_{prefix}k{len(self.kernels)}"
                 for v in grp.nodes:
                     names[v] = f"t{v}"
-                kern = Kernel(kname, grp, g, names, const_name, self.target)
+                kern = Kernel(kname, grp, self._kernel_graph(g, grp), names, const_name,
+                              self.target)
                 self.kernels.append(kern)
                 self._launch(g, kern, kname, module, names, fresh)
                 prev_src = None
@@ -396,7 +401,7 @@ class Function:
             v = unit[1]
             d = g.nodes[v]
             op = d["op"]
-            if op in ("input", "const"):
+            if op in ("input", "const") or self._computed_in_kernel(v, names):
                 continue
             ops = ir.operands(g, v)
             args = [expr(u) for u in ops]
@@ -443,6 +448,17 @@ class Function:
     def _plan_buffers(self, g, units, groups):
         """Called once the launch order (``units``) is known, before any
         statement is printed (the native driver plans its buffers here)."""
+
+    def _kernel_graph(self, g, grp):
+        """The graph whose shapes a group's kernel is written for (``g``;
+        the native driver's row blocks give it theirs)."""
+        return g
+
+    def _computed_in_kernel(self, v, names):
+        """Is library node v computed where a later kernel is launched (the
+        native driver's row-blocked matrix products)?  Then it has no
+        statement of its own; ``names[v]`` is set."""
+        return False
 
     def _library_statement(self, g, v, var, e, prim, args, names):
         """The statement computing node v with the library call ``e``."""

@@ -124,6 +124,40 @@ C = cstyle.Target(
 # (docs/native.md, "Buffers"); beyond that they are allocated per call.
 KEPT_MAX_BYTES = 64 << 20
 
+# A matrix product read only by one elementwise kernel (an MLP's backward:
+# dh = d @ W2.T, then dh * (1 - h*h)) is computed a block of rows at a time
+# into one buffer of about ROW_BLOCK_BYTES, each block handed at once to the
+# kernel, written for a block's shape: the product's full array never
+# exists (docs/native.md, "Row blocks").  Only products of at least
+# ROW_BLOCK_MIN_BLOCKS blocks are split: each block costs a BLAS call and a
+# launch (W3x4's 4 MiB products in 1 MiB blocks: 3% slower, 3 MiB less
+# memory; in 256 KiB blocks, 7% slower with two threads).
+ROW_BLOCK_BYTES = 1 << 20
+ROW_BLOCK_MIN_BLOCKS = 2
+
+
+class _BlockShapes:
+    """A graph read through other shapes for a few nodes: what a kernel
+    written for one block of rows sees (cstyle.Kernel reads only shapes,
+    dtypes, attributes and edges)."""
+
+    def __init__(self, g, shapes):
+        self._g = g
+        self._shapes = shapes
+        self.graph = g.graph
+        self._pred = g._pred
+
+    @property
+    def nodes(self):
+        return self
+
+    def __getitem__(self, v):
+        d = self._g.nodes[v]
+        return dict(d, shape=self._shapes[v]) if v in self._shapes else d
+
+    def successors(self, v):
+        return self._g.successors(v)
+
 
 class Function(cstyle.Function):
     """One graph lowered to a NumPy driver function calling C kernels.
@@ -155,13 +189,74 @@ class Function(cstyle.Function):
 
     # --- buffers ---------------------------------------------------------------------------
 
+    def _row_blocks(self, g, units, groups):
+        """{group index: (matmul node, rows per block)}: the matrix products
+        computed in row blocks inside the launch of their one reader, an
+        elementwise kernel over the product's shape whose every other
+        operand is split by the same rows (a full-shape array, a column) or
+        the same for every row (a row, a scalar)."""
+        unit_of = {}
+        for gi, grp in enumerate(groups):
+            for v in list(grp.nodes) + list(grp.reductions):
+                unit_of[v] = gi
+        outs = set(g.graph["outputs"])
+        found = {}
+        for unit in units:
+            if unit[0] != "n" or g.nodes[unit[1]]["op"] != "matmul" or unit[1] in outs:
+                continue
+            m = unit[1]
+            d = g.nodes[m]
+            ops = ir.operands(g, m)
+            if len(ops) != 2 or d.get("avals") is not None or \
+                    any(len(g.nodes[u]["shape"]) != 2 for u in ops) or \
+                    np.dtype(d["dtype"]) not in (np.float32, np.float64):
+                continue
+            readers = {unit_of.get(w) for w in g.successors(m)}
+            if len(readers) != 1 or None in readers:
+                continue
+            (gi,) = readers
+            grp = groups[gi]
+            rows, cols = d["shape"]
+            per = max(1, ROW_BLOCK_BYTES // max(1, cols * np.dtype(d["dtype"]).itemsize))
+            if grp.reductions or tuple(grp.shape) != (rows, cols) or \
+                    rows < ROW_BLOCK_MIN_BLOCKS * per or gi in found:
+                continue
+            members = set(grp.nodes)
+            ok = True
+            for w in grp.nodes:
+                for u in ir.operands(g, w):
+                    du = g.nodes[u]
+                    if u in members or (du["op"] == "const" and
+                                        not isinstance(du["value"], np.ndarray)):
+                        continue
+                    sh = tuple(du["shape"])
+                    split = len(sh) == 2 and sh[0] == rows and sh[1] in (cols, 1)
+                    same = len(sh) < 2 or sh[0] == 1
+                    if du["op"] == "broadcast_to" or not (split or same):
+                        ok = False
+            if ok:
+                found[gi] = (m, per)
+        return found
+
     def _plan_buffers(self, g, units, groups):
+        self._blocks = {}       # id(group) -> (matmul node, rows per block)
+        self._in_blocks = {}    # matmul node -> its group
+        self._block_buffers = {}    # (shape, dtype name) -> index of its kept buffer
+        for gi, (m, per) in self._row_blocks(g, units, groups).items():
+            # the product runs inside its reader's launch: move it there
+            # (its operands then live until the launch)
+            units.remove(("n", m))
+            units.insert(units.index(("g", gi)), ("n", m))
+            self._blocks[id(groups[gi])] = (m, per)
+            self._in_blocks[m] = groups[gi]
         steps, self._step_of = [], {}
         for i, unit in enumerate(units):
             if unit[0] == "g":
                 grp = groups[unit[1]]
                 members = set(grp.nodes) | set(grp.reductions)
                 reads = []
+                if id(grp) in self._blocks:
+                    reads += ir.operands(g, self._blocks[id(grp)][0])
                 for w in list(grp.nodes) + list(grp.reductions):
                     for u in ir.operands(g, w):
                         if u not in members:
@@ -170,7 +265,7 @@ class Function(cstyle.Function):
                                 reads += ir.operands(g, u)
                 self._step_of[id(grp)] = i
             else:
-                reads = ir.operands(g, unit[1])
+                reads = [] if unit[1] in self._in_blocks else ir.operands(g, unit[1])
                 self._step_of[unit[1]] = i
             steps.append(reads)
         self._steps = steps
@@ -181,6 +276,31 @@ class Function(cstyle.Function):
         self._c_vars = set()   # variables holding C-contiguous arrays of their node's dtype
         self._c_new = []       # ... added since the last kernel launch
         self._kernel_0d = set()    # 0-d values a kernel computes (0-d arrays in the driver)
+
+    def _kernel_graph(self, g, grp):
+        if id(grp) not in self._blocks:
+            return g
+        m, per = self._blocks[id(grp)]
+        return _BlockShapes(g, self._block_shapes(g, grp, per))
+
+    @staticmethod
+    def _block_shapes(g, grp, per):
+        """The shapes a kernel over ``per`` rows of ``grp`` sees: its nodes'
+        and every operand split by rows."""
+        rows = grp.shape[0]
+        out = {}
+        for w in grp.nodes:
+            for u in [w] + ir.operands(g, w):
+                sh = g.nodes[u].get("shape")
+                if sh is not None and len(sh) == 2 and sh[0] == rows:
+                    out[u] = (per,) + tuple(sh[1:])
+        return out
+
+    def _computed_in_kernel(self, v, names):
+        if v not in self._in_blocks:
+            return False
+        names[v] = f"_b{v}"
+        return True
 
     def _c_var(self, var):
         self._c_vars.add(var)
@@ -252,6 +372,8 @@ class Function(cstyle.Function):
         return f"{var} = {e}"
 
     def _launch(self, g, kern, kname, module, names, fresh):
+        if id(kern.group) in self._blocks:
+            return self._launch_in_blocks(g, kern, kname, module, names, fresh)
         handle = f"_{kname}"
         module.kernel(kname, kern.n)
         module.kernel_handles[-1].update(nargs=len(kern.params))
@@ -295,6 +417,86 @@ class Function(cstyle.Function):
                 names[r] = f"t{r}"
                 self.body.append({"code": f"t{r} = {var}[()]", "comment": f"%{r} sum",
                                   "source": None})
+
+
+    def _launch_in_blocks(self, g, kern, kname, module, names, fresh):
+        """A kernel over row blocks of the matrix product it reads (see
+        ROW_BLOCK_BYTES): each block of the product goes into one buffer,
+        then the kernel runs on the same rows of every operand and output.
+        The last block (1 to ``per`` rows) has a kernel of its own, so
+        that every batch size has the same kernels (Generic sizes)."""
+        grp = kern.group
+        m, per = self._blocks[id(grp)]
+        rows, cols = g.nodes[m]["shape"]
+        dt = np.dtype(g.nodes[m]["dtype"])
+        full = (rows - 1) // per * per      # rows in whole blocks; the rest: 1 to per
+        last = rows - full
+        tail_name = f"{kname.rsplit('k', 1)[0]}k{len(self.kernels)}"
+        tail = cstyle.Kernel(tail_name, grp, _BlockShapes(g, self._block_shapes(g, grp, last)),
+                             names, lambda u: module.constant(u, g.nodes[u]["value"]),
+                             self.target)
+        self.kernels.append(tail)
+        # never written over by an output: the block buffer (reused), and the
+        # product's operands (a later block's product reads them)
+        for u in [m] + ir.operands(g, m):
+            kern._same_index.pop(u, None)
+        i = self._step_of[id(grp)]
+        self._advance(i)
+        self.body.append({"code": None, "comment": None,
+                          "source": f"kernel {kname}: {kern.describe(g)}, over blocks of "
+                                    f"{per} rows of %{m} matmul (computed here, a block at "
+                                    f"a time; the last block in {tail_name})"})
+        for v, var in kern.outputs:
+            self._kernel_output(g, v, var, i, names, kern)
+        for j, p in enumerate(kern.params):     # the same parameters share buffers
+            if "__restrict__" not in p:
+                tail.params[j] = tail.params[j].replace(" __restrict__", "")
+        buf = f"_b{m}"
+        key = ((per, cols), dt.name)
+        if key in self._block_buffers or self._keep((per, cols), dt):
+            # one kept buffer serves every launch with blocks of its shape
+            if key not in self._block_buffers:
+                self._plan.kept.append(key)
+                self._block_buffers[key] = len(self._plan.kept) - 1
+            code = f"{buf} = _s[{self._block_buffers[key]}]"
+            comment = f"%{m} matmul, {per} rows at a time (a buffer kept between calls)"
+        else:
+            code = f"{buf} = np.empty({(per, cols)!r}, dtype={dt.name!r})"
+            comment = f"%{m} matmul, {per} rows at a time"
+        self.body.append({"code": code, "comment": comment, "source": None})
+        fresh.update(self._c_new)
+        self._c_new = []
+        a, b = (pysource.operand_expr(g, u, names, module) for u in ir.operands(g, m))
+
+        def args(k, lo, hi, block):
+            out = []
+            for text, u in zip(k.args, k.arg_nodes):
+                found = re.fullmatch(r"np\.ascontiguousarray\((\w+), dtype='(\w+)'\)", text)
+                name = found.group(1) if found else text
+                sh = g.nodes[u].get("shape") or ()
+                if u == m:
+                    out.append(block)
+                elif len(sh) == 2 and sh[0] == rows:
+                    part = f"{name}[{lo}:{hi}]"
+                    out.append(part if found is None or name in fresh else
+                               f"np.ascontiguousarray({part}, dtype={found.group(2)!r})")
+                else:
+                    out.append(name if found is None or name in fresh else text)
+            return ", ".join(out)
+
+        for k, name in ((kern, kname), (tail, tail_name)):
+            module.kernel(name, k.n)
+            module.kernel_handles[-1].update(nargs=len(k.params))
+        self.body.append({"code": f"for _r in range(0, {full}, {per}):", "comment": None,
+                          "source": None})
+        self.body.append({"code": f"    np.matmul({a}[_r:_r + {per}], {b}, out={buf})",
+                          "comment": f"%{m} matmul", "source": None})
+        self.body.append({"code": f"    _{kname}({args(kern, '_r', f'_r + {per}', buf)})",
+                          "comment": f"call {kname}", "source": None})
+        self.body.append({"code": f"np.matmul({a}[{full}:], {b}, out={buf}[:{last}])",
+                          "comment": f"%{m} matmul, the last {last} rows", "source": None})
+        self.body.append({"code": f"_{tail_name}({args(tail, full, '', f'{buf}[:{last}]')})",
+                          "comment": f"call {tail_name}", "source": None})
 
 
 # Kernels of at least PARALLEL_MIN elements (PARALLEL_MIN_MATH where the loop
