@@ -21,6 +21,21 @@ def mlp(W1, b1, W2, b2, X, Y):
     return np.mean((h @ W2 + b2 - Y) ** 2)
 
 
+def _mlp_args(b, hid, seed):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((64, hid)) * 0.1, np.zeros(hid),
+            rng.standard_normal((hid, 10)) * 0.1, np.zeros(10),
+            rng.standard_normal((b, 64)), rng.standard_normal((b, 10))]
+
+
+def _equals_eager(got, args):
+    v, grads = got
+    eager = tg.value_and_grad(mlp, argnums=(0, 1, 2, 3), compile=False)(*args)
+    np.testing.assert_allclose(v, eager[0], rtol=1e-12)
+    for a, e in zip(grads, eager[1]):
+        np.testing.assert_allclose(a, e, rtol=1e-10, atol=1e-14)
+
+
 def _peak(call):
     call()
     tracemalloc.start()
@@ -50,31 +65,21 @@ def test_backward_statements_run_as_soon_as_they_end_a_buffer():
 def test_a_buffer_with_dead_views_is_reused_and_freed():
     # h is read through h.T (a view) by the gradient of W2; once that view
     # is dead, 1 - h*h goes into h's buffer, and dead buffers are deleted
-    rng = np.random.default_rng(1)
     b, hid = 512, 256
-    args = [rng.standard_normal((64, hid)) * 0.1, np.zeros(hid),
-            rng.standard_normal((hid, 10)) * 0.1, np.zeros(10),
-            rng.standard_normal((b, 64)), rng.standard_normal((b, 10))]
+    args = _mlp_args(b, hid, seed=1)
     vg = tg.value_and_grad(mlp, argnums=(0, 1, 2, 3), backend="numpy")
     src = vg.lower(*args).source
     assert "del " in src
-    peak, (v, grads) = _peak(lambda: vg(*args))
+    peak, got = _peak(lambda: vg(*args))
     assert peak <= 2.3 * b * hid * 8, peak / (b * hid * 8)   # two batch x hidden arrays
-    eager = tg.value_and_grad(mlp, argnums=(0, 1, 2, 3), compile=False)(*args)
-    np.testing.assert_allclose(v, eager[0], rtol=1e-12)
-    for a, e in zip(grads, eager[1]):
-        np.testing.assert_allclose(a, e, rtol=1e-10, atol=1e-14)
+    _equals_eager(got, args)
 
 
 def test_a_pooled_buffer_no_later_value_takes_is_freed():
     # r*r (batch x 10) dies at the sum; it waited in the pool for the one
     # later value of its shape, which went into r's own buffer instead
     # (out=): it is now freed before the batch x hidden product d @ W2.T
-    rng = np.random.default_rng(2)
-    b, hid = 1024, 64
-    args = [rng.standard_normal((64, hid)) * 0.1, np.zeros(hid),
-            rng.standard_normal((hid, 10)) * 0.1, np.zeros(10),
-            rng.standard_normal((b, 64)), rng.standard_normal((b, 10))]
+    args = _mlp_args(1024, 64, seed=2)
     vg = tg.value_and_grad(mlp, argnums=(0, 1, 2, 3), backend="numpy")
     lines = [ln.split("#")[0].strip() for ln in vg.lower(*args).source.splitlines()]
     square = next(m.group(1) for ln in lines
@@ -82,11 +87,7 @@ def test_a_pooled_buffer_no_later_value_takes_is_freed():
     w2t = next(ln.split(" = ")[0] for ln in lines if ln.endswith("= W2.transpose((1, 0))"))
     product = next(i for i, ln in enumerate(lines) if f", {w2t})" in ln and "np.matmul(" in ln)
     assert f"del {square}" in lines[:product], "\n".join(lines)
-    v, grads = vg(*args)
-    eager = tg.value_and_grad(mlp, argnums=(0, 1, 2, 3), compile=False)(*args)
-    np.testing.assert_allclose(v, eager[0], rtol=1e-12)
-    for a, e in zip(grads, eager[1]):
-        np.testing.assert_allclose(a, e, rtol=1e-10, atol=1e-14)
+    _equals_eager(vg(*args), args)
 
 
 @pytest.mark.parametrize("backend", ["numpy", "native"])
