@@ -558,3 +558,60 @@ def test_views_of_a_numpy_scalar_are_new_arrays():
         v, g = tg.value_and_grad(f, compile=compile)(x.copy())
         np.testing.assert_allclose(v, want, rtol=1e-12)
         np.testing.assert_allclose(g, fd, rtol=1e-6)
+
+
+def _einsum_views(x):
+    # np.einsum of one operand that sums nothing is a view ('ij->ji', 'ii->i',
+    # of a view too): it reads the writes into its base that come after it.
+    # The fuzzer found compiled code and compile=False reading the value from
+    # before the write (a wrong value, no error).
+    a = x * 2.0
+    t = np.einsum("ij->ji", a)
+    d = np.einsum("ii->i", a[:2, :2])
+    e = np.einsum("ab->ab", a.T)
+    s = np.einsum("ij->i", a)          # sums: a new array, writes do not reach it
+    w = a[::-1]
+    w -= 1.0
+    a *= 3.0
+    return np.sum(t * np.arange(6.0).reshape(3, 2)) + np.sum(d * np.array([1.0, -2.0])) \
+        + np.sum(e ** 2) + np.sum(s * np.array([0.5, 4.0]))
+
+
+def test_one_operand_einsum_views_read_later_writes_into_their_base():
+    x = np.array([[0.3, -1.2, 0.7], [1.1, 0.4, -0.6]])
+    want = _einsum_views(x.copy())
+    eps = 1e-6
+    fd = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        d = np.zeros_like(x)
+        d[i] = eps
+        fd[i] = (_einsum_views(x + d) - _einsum_views(x - d)) / (2 * eps)
+    np.testing.assert_allclose(tg.compile(_einsum_views)(x.copy()), want, rtol=1e-12)
+    for compile in (True, False):
+        v, g = tg.value_and_grad(_einsum_views, compile=compile)(x.copy())
+        np.testing.assert_allclose(v, want, rtol=1e-12)
+        np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-8)
+
+
+def test_a_write_into_an_einsum_view_is_refused_and_operands_of_a_copy_are_free():
+    def into_view(x):
+        a = x * 1.0
+        d = np.einsum("ii->i", a)
+        d += 1.0                       # NumPy writes a's diagonal: not followed
+        return np.sum(a)
+
+    def into_operand_of_a_product(x):
+        a = x * 1.0
+        y = np.einsum("ij,jk->ik", a, a)   # two operands: a new array
+        a += 1.0
+        return np.sum(y) + np.sum(a)
+
+    x = np.array([[0.3, -1.2], [1.1, 0.4]])
+    with pytest.raises(Exception, match="shares memory"):
+        tg.compile(into_view)(x)
+    with pytest.raises(Exception, match="shares memory"):
+        tg.value_and_grad(into_view, compile=False)(x)
+    want = into_operand_of_a_product(x.copy())
+    np.testing.assert_allclose(tg.compile(into_operand_of_a_product)(x.copy()), want, rtol=1e-12)
+    np.testing.assert_allclose(tg.value_and_grad(into_operand_of_a_product, compile=False)(
+        x.copy())[0], want, rtol=1e-12)

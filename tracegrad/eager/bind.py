@@ -254,18 +254,19 @@ def eager_bind(prim, args, attrs):
                 return t
         if prim.name == "einsum" and cls._face == "numpy" and len(args) == 1 and \
                 isinstance(args[0], Tensor) and type(args[0]._data) is _ndarray:
-            # NumPy's one-operand einsum may be a view ('ij->ji'); the eager
-            # result is a copy, so where NumPy's is a view, in-place updates
-            # of it are refused (as compiled code does) rather than lost
+            # NumPy's one-operand einsum may be a view ('ij->ji', 'ii->i'):
+            # then so is the eager result (it reads later writes into its
+            # base, and its history follows them); in-place updates of it are
+            # refused, as compiled code refuses them (torch_methods._inplace)
             a = args[0]
-            src = a if np.may_share_memory(np.einsum(attrs["subscripts"], a._data),
-                                           a._data) else None
-            if src is not None:
-                vbox = src._vbox
-                t = cls(out, False, None, 0, vbox)
-                t._base, t._view_fn = (src._base if src._base is not None else src), None
+            view = np.einsum(attrs["subscripts"], a._data)
+            if np.may_share_memory(view, a._data):
+                vbox = a._vbox
+                t = cls(view, False, None, 0, vbox)
+                t._base, t._view_fn = _view_chain(a, prim, attrs, ())
+                note_view(t)
                 if track and out.dtype.kind in "fc":
-                    t.grad_fn = PrimNode(prim, attrs, args, out, _edges(args), vbox)
+                    t.grad_fn = PrimNode(prim, attrs, args, view, _edges(args), vbox)
                     t._requires_grad = True
                 return t
         if not track or out.dtype.kind not in "fc":

@@ -137,7 +137,8 @@ class TorchMethods:
             track = False
         data = self._data
         if self._face == "numpy":
-            if self._base is not None and self._view_fn is None:
+            if self._base is not None and (self._view_fn is None or any(
+                    prim.name == "einsum" for prim, _, _ in self._view_fn)):
                 raise TypeError(
                     f"an in-place update of an array that shares memory with another in a "
                     f"way tracegrad does not follow (NumPy's view made by np.einsum or "

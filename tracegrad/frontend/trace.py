@@ -415,6 +415,8 @@ class Tracer(ArrayMethods):
                 f"NumPy would write into the caller's array; compiled code does not change "
                 f"its caller's arrays. Write into a copy: x = x.copy() (or np.copy(x)) "
                 f"before the update, or {instead}.")
+        if self._view is not None and any(p.name not in _UNVIEW for p, _, _ in self._view[1]):
+            self._refuse_shared(what, instead)     # a view with no way back (np.einsum's)
         if self._view is not None:
             base, chain, _ = self._view
             if base._trace is not T:
@@ -430,18 +432,21 @@ class Tracer(ArrayMethods):
             self._view = (base, chain, base._vbox[0])
             return self
         if T.shares_memory(self):
-            loc = _user_frame()
-            where = f"{loc[0]}, line {loc[1]}" if loc else "your function"
-            src = _source_line(loc)
-            raise TraceError(
-                f"{what} on a traced value that shares memory with another (a view such "
-                f"as a[1:], a.T or a.reshape(...), or an array a view was taken of) at "
-                f"{where}" + (f":\n    {src}\n" if src else ". ")
-                + f"In NumPy the update would write through to the other array; compiled "
-                f"code has no shared memory. Write {instead} to make a new array, copy "
-                f"first (b = a[1:].copy()), or update with tg.setitem(a, index, value).")
+            self._refuse_shared(what, instead)
         self.id = value.id
         return self
+
+    def _refuse_shared(self, what, instead):
+        loc = _user_frame()
+        where = f"{loc[0]}, line {loc[1]}" if loc else "your function"
+        src = _source_line(loc)
+        raise TraceError(
+            f"{what} on a traced value that shares memory with another (a view such "
+            f"as a[1:], a.T, a.reshape(...) or np.einsum('ij->ji', a), or an array a view "
+            f"was taken of) at {where}" + (f":\n    {src}\n" if src else ". ")
+            + f"In NumPy the update would write through to the other array; compiled "
+            f"code has no shared memory. Write {instead} to make a new array, copy "
+            f"first (b = a[1:].copy()), or update with tg.setitem(a, index, value).")
 
     def __iadd__(self, other):
         return self._inplace("add", other, "+=")
@@ -649,6 +654,14 @@ def _reshape_is_view(base, chain, shape):
 # the views a write can go through: how to write a view's new value into its base
 _UNVIEW = {"getitem": _unview_getitem, "dynamic_slice": _unview_dynamic_slice,
            "reshape": _unview_reshape, "transpose": _unview_transpose, "flip": _unview_flip}
+
+
+def _einsum_is_view(x, subscripts):
+    """Is NumPy's one-operand ``np.einsum(subscripts, x)`` a view of x (a
+    transpose, a diagonal: nothing summed)?  Asked of an unwritten array of
+    x's shape and dtype."""
+    probe = np.empty(x.shape, x.dtype)
+    return np.may_share_memory(np.einsum(subscripts, probe), probe)
 
 
 def _attr_key(attrs):
@@ -922,6 +935,20 @@ class Trace:
         NumPy's layout (``Tracer._order``)."""
         if type(result) is Tracer and not prim.view and args:
             result._order = _result_order(prim, args, result)
+        if prim.name == "einsum" and type(result) is Tracer and attrs is not None and \
+                all(type(a) is Tracer and a._face == "numpy" for a in args):
+            src = args[0]
+            if len(args) != 1 or not _einsum_is_view(src, attrs["subscripts"]) or (
+                    src.shape == () and not src._array and src._view is None):
+                return result           # NumPy makes a new array
+            # a view (a transpose, a diagonal): read again from its base once
+            # that is written; a write into it is refused (no way back)
+            base, chain = (src._view[0], src._view[1]) if src._view is not None else (src, ())
+            if base._vbox is None:
+                base._vbox = [0]
+            if not self.shares_memory(base):
+                result._view = (base, chain + ((prim, (), attrs),), base._vbox[0])
+                return result
         if type(result) is Tracer and args and type(args[0]) is Tracer and \
                 prim.name in _UNVIEW and attrs is not None:
             if prim.name == "getitem" and any(it[0] == "a" for it in attrs["index"]) \
