@@ -183,3 +183,35 @@ def test_ldexp_literal_exponent_is_numpys(e, dtype):
         got = tg.grad(lambda x: np.sum(np.ldexp(x, e) * G), backend="native")(x)
         want = tg.grad(lambda x: np.sum(np.ldexp(x, e) * G), backend="numpy")(x)
     _same_bits(got, want)
+
+
+@needs_cc
+@pytest.mark.parametrize("n", [0, 1, 2, 3])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_polygamma_in_c_is_the_numpy_helper(n, dtype):
+    # digamma and its derivatives (gammaln's gradient) are a C function of
+    # the kernels (native_helpers.h tg_polygamma), the NumPy helper's
+    # algorithm: the same values, non-finite ones included (poles, 0, +-inf,
+    # nan, far left)
+    from tracegrad.scipy import special as tsp
+    x = np.concatenate([np.linspace(-5.3, 30.0, 401), SPECIAL,
+                        [-1.0, -2.0, 1e-8, -1e5, 1e6, 1.4616321449683622]]).astype(dtype)
+    f = lambda x: tsp.polygamma(n, x) * 2.0     # noqa: E731  (in a kernel)
+    assert "tg_polygamma(" in tg.compile(f, backend="native").lower(x).source
+    got, want = _both(f, x)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(np.isfinite(got), np.isfinite(want))
+    fin = np.isfinite(want)
+    np.testing.assert_array_equal(got[~fin], want[~fin])
+    np.testing.assert_allclose(got[fin], want[fin], rtol=1e-13 if dtype == np.float64 else 1e-6)
+
+
+@needs_cc
+def test_gammaln_gradient_is_one_c_function():
+    from tracegrad.scipy import special as tsp
+    x = np.linspace(0.3, 20.0, 1000)
+    g = tg.grad(lambda x: np.sum(tsp.gammaln(x) * x), backend="native")
+    src = g.lower(x).source
+    assert "tg_polygamma(v" in src and "= _polygamma(" not in src     # no NumPy helper call
+    want = tg.grad(lambda x: np.sum(tsp.gammaln(x) * x), backend="numpy")(x)
+    np.testing.assert_allclose(g(x), want, rtol=1e-12, atol=1e-13)

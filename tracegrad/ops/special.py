@@ -81,7 +81,8 @@ gammaln_p = register(
 polygamma_p = register(
     "polygamma", _polygamma_impl, shape=elementwise_shape(_polygamma_impl),
     vjp=(_polygamma_rule,), jvp=(_polygamma_rule,),
-    numpy="_polygamma({0}, {n})", helpers=("_polygamma",))
+    numpy="_polygamma({0}, {n})", helpers=("_polygamma",),
+    cuda="tg_polygamma({0}, {n})", elementwise=True)     # the helpers' C, same algorithm
 
 erfinv_p = register(
     "erfinv", _erfinv_impl, shape=elementwise_shape(_erfinv_impl),

@@ -89,7 +89,7 @@ def _render_tu(functions, g_of, header):
     kernels = [k.render_dict(g_of[id(f)]) for f in functions for k in f.kernels]
     # the device helpers (cuda_helpers.cuh) only where a kernel calls one
     calls = "\n".join(s["code"] for k in kernels for s in k["body"])
-    helpers = "tg_floordiv(" in calls or "tg_remainder(" in calls
+    helpers = "tg_floordiv(" in calls or "tg_remainder(" in calls or "tg_polygamma(" in calls
     return templates.environment().get_template("cuda_kernels.cu.j2").render(
         version=__version__, header=list(header), kernels=kernels,
         helpers=helpers)

@@ -508,7 +508,7 @@ class Function(cstyle.Function):
 # measures whether its threads pay as the program runs (tg_par_threads).
 PARALLEL_MIN = 1 << 16
 PARALLEL_MIN_MATH = 1 << 14
-_CALL_RE = re.compile(r"\b(" + "|".join(_MATH) + r")f?\(")
+_CALL_RE = re.compile(r"\b(" + "|".join(_MATH + ("tg_polygamma",)) + r")f?\(")
 
 
 def threaded(kern):
