@@ -193,6 +193,8 @@ CASES += [
     Case("argsort", [A(3, 5)], {"axis": 1}),
     Case("invert_permutation", [Const(np.array([[2, 0, 3, 1], [0, 1, 2, 3], [3, 2, 1, 0]]))],
          {"axis": 1}),
+    Case("permute_along", [A(3, 4), Const(np.array([[2, 0, 3, 1], [0, 1, 2, 3], [3, 2, 1, 0]]))],
+         {"axis": 1}),
     Case("argpartition", [A(3, 5)], {"kth": 2, "axis": 1}),
     # linear algebra
     Case("einsum", [A(3, 4), A(4, 5)], {"subscripts": "ij,jk->ik"}),

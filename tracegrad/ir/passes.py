@@ -411,6 +411,10 @@ def _simplify_node(g, v, exact=False):
             if dp["op"] == "basis" and len(dp["shape"]) == 2 and dq.get("shape") == dp["shape"] \
                     and dq["dtype"] == d["dtype"] and d["shape"] == dp["shape"]:
                 return add_node(g, "plus_identity", [q], {}, d["shape"], d["dtype"], d.get("loc"))
+    if op == "sort":
+        new = _sort_by_its_argsort(g, v, d, ops)
+        if new is not None:
+            return new
     if op == "sum":
         new = _sum_of_product_as_matmul(g, v, d, ops)
         if new is not None:
@@ -443,6 +447,19 @@ def _simplify_node(g, v, exact=False):
                 c = add_node(g, "const", [], {}, (), np.float64, value=float(n))
                 return add_node(g, "mul", [xr, c], {}, d["shape"], d["dtype"], d.get("loc"))
     return _exact_identity(g, v, d, op, ops)
+
+
+def _sort_by_its_argsort(g, v, d, ops):
+    """sort(x) -> x gathered by argsort(x) where the graph computes that
+    argsort anyway (a sort's gradient does): the same numbers, both stable,
+    for one sort instead of two."""
+    (x,) = ops
+    for w in g.successors(x):
+        dw = g.nodes[w]
+        if dw["op"] == "argsort" and dw["attrs"] == d["attrs"]:
+            return add_node(g, "permute_along", [x, w], d["attrs"], d["shape"], d["dtype"],
+                            d.get("loc"))
+    return None
 
 
 def _exact_identity(g, v, d, op, ops, exact=False):

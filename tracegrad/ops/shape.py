@@ -189,6 +189,17 @@ invert_permutation_p = register(
     "invert_permutation", lambda xp, p, axis: _invert_permutation(p, axis, xp),
     shape=lambda p, axis: p, nondiff=True, save_inputs=False,
     numpy="_invert_permutation({0}, {axis})", helpers=("_invert_permutation",))
+# x gathered along ``axis`` by permutations ``perm`` (the stable argsort of
+# x): a pass (passes._sort_by_its_argsort) writes sort(x) so where the
+# graph has argsort(x) anyway, for the sort's gradient: one sort, not two.
+# Its gradient gathers by the inverse permutations.
+permute_along_p = register(
+    "permute_along", lambda xp, x, perm, axis: xp.take_along_axis(x, perm, axis=axis),
+    shape=lambda x, perm, axis: x,
+    vjp=(lambda g, out, x, perm, axis: bind(
+        permute_along_p, g, bind(invert_permutation_p, perm, axis=axis), axis=axis), None),
+    jvp=(lambda t, out, x, perm, axis: bind(permute_along_p, t, perm, axis=axis), None),
+    numpy="np.take_along_axis({0}, {1}, axis={axis})")
 argpartition_p = register(
     "argpartition", lambda xp, x, kth, axis: xp.argpartition(x, kth, axis=axis),
     shape=lambda x, kth, axis: Aval(x.shape, np.dtype(np.intp)), nondiff=True,
