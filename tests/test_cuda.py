@@ -80,6 +80,12 @@ def special(x):
     return np.sum(tg.erf(x) * np.expm1(-x) + 1.0 / (1.0 + np.exp(-x)) + np.sqrt(np.abs(x) + 1.0))
 
 
+def gamma_like(x):
+    # gammaln's gradient is digamma, its Hessian trigamma: polygamma in a kernel
+    from tracegrad.scipy import special as tsp
+    return np.sum(tsp.gammaln(np.abs(x) + 0.5) * x)
+
+
 def piecewise(x, y):
     return np.sum(np.where(x > 0, x, 0.1 * x) + np.maximum(x, y) * np.clip(y, -0.5, 0.5))
 
@@ -157,6 +163,7 @@ CORPUS = {
     "rosenbrock": (rosenbrock, lambda r: (_r(r, 6),), 0, ("hessian",)),
     "logreg": (logreg, lambda r: (_r(r, 5), _r(r, 20, 5), np.sign(_r(r, 20))), 0, ("hessian",)),
     "special": (special, lambda r: (_r(r, 50),), 0, ("jvp",)),
+    "gamma_like": (gamma_like, lambda r: (_r(r, 40),), 0, ("hessian",)),
     "piecewise": (piecewise, lambda r: (_r(r, 30), _r(r, 30)), (0, 1), ()),
     "rational": (rational, lambda r: (_r(r, 3, 4), _r(r, 4)), (0, 1), ()),
     "rowmax": (rowmax, lambda r: (_r(r, 5, 6),), None, ("vjp",)),
