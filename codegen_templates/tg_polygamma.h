@@ -11,19 +11,19 @@ TG_POLY_QUAL double tg_polygamma(double x, long long n) {
                             -174611.0 / 330};
     double out = 0.0, z = x;
     if (n == 0 && z < 0.5) {
-        if (z == floor(z)) return z == 0.0 ? -INFINITY : NAN;   /* SciPy: -inf at 0, nan at -1, -2, ... */
+        if (z == floor(z)) return z == 0.0 ? -INFINITY : NAN;   // SciPy: -inf at 0, nan at -1, -2, ...
         out = -M_PI / tan(M_PI * z);
         z = 1.0 - z;
     }
-    if (!(z > -1e4)) return NAN;      /* nan, -inf, too far left for the recurrence */
+    if (!(z > -1e4)) return NAN;   // nan, -inf, too far left for the recurrence
     if (n > 0 && isinf(z)) return 0.0;
-    double fact = 1.0;                /* n! */
+    double fact = 1.0;   // n!
     for (long long j = 2; j <= n; j++) fact *= (double)j;
-    const double sgn = (n % 2) ? 1.0 : -1.0;    /* (-1)^(n+1) */
+    const double sgn = (n % 2) ? 1.0 : -1.0;   // (-1)^(n+1)
     const double lim = 10.0 + 2.0 * (double)n;
     if (n == 0) {
-        /* the sum of 1/z over the steps as one fraction: one division (z >= 0.5
-           here, at most 10 steps: no overflow, no cancellation) */
+        // the sum of 1/z over the steps as one fraction: one division (z >= 0.5
+        // here, at most 10 steps: no overflow, no cancellation)
         double num = 0.0, den = 1.0;
         while (z < lim) {
             num = num * z + den;
@@ -49,7 +49,7 @@ TG_POLY_QUAL double tg_polygamma(double x, long long n) {
         p = pow(r, (double)n);
         s = fact / (double)n * p + 0.5 * fact * pow(r, (double)(n + 1));
         for (int k = 1; k <= 10; k++) {
-            double c = 1.0;           /* (2k + n - 1)! / (2k)! */
+            double c = 1.0;   // (2k + n - 1)! / (2k)!
             for (long long j = 2 * k + 1; j <= 2 * k + n - 1; j++) c *= (double)j;
             p *= r2;
             s += b2k[k - 1] * c * p;

@@ -671,9 +671,10 @@ def test_cuda_expressions_compile_for_float_and_double(tmp_path):
         expr = p.cuda.format("a", "b", "c", **{k: repr(v) for k, v in attrs[name].items()})
         for t in ("float", "double"):
             lines.append(f"{t} k_{name}_{t}({t} a, {t} b, {t} c) {{ return ({t})({expr}); }}")
-    from tracegrad.targets.templates import template_dir
-    with open(os.path.join(template_dir(), "cuda_helpers.cuh")) as f:
-        helpers = f.read().replace("__device__ __forceinline__", "inline")
+    from tracegrad.targets.templates import environment
+    # rendered as the code generator includes it (it includes tg_polygamma.h)
+    helpers = environment().get_template("cuda_helpers.cuh").render().replace(
+        "__device__ __forceinline__", "inline")
     src = tmp_path / "exprs.cpp"
     src.write_text(_CUDA_SHIMS + helpers + "\n".join(lines) + "\n")
     r = subprocess.run([cxx, "-std=c++17", "-fsyntax-only", str(src)], capture_output=True,

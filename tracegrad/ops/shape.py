@@ -193,9 +193,23 @@ invert_permutation_p = register(
 # x): a pass (passes._sort_by_its_argsort) writes sort(x) so where the
 # graph has argsort(x) anyway, for the sort's gradient: one sort, not two.
 # Its gradient gathers by the inverse permutations.
+def _permute_along(xp, x, perm, axis):
+    if tuple(x.shape) != tuple(perm.shape):
+        raise ValueError(f"permute_along: the permutations' shape {tuple(perm.shape)} is not "
+                         f"the array's {tuple(x.shape)}")
+    return xp.take_along_axis(x, perm, axis=axis)
+
+
+def _permute_along_shape(x, perm, axis):
+    if tuple(x.shape) != tuple(perm.shape):
+        raise ValueError(f"permute_along: the permutations' shape {tuple(perm.shape)} is not "
+                         f"the array's {tuple(x.shape)}")
+    return x
+
+
 permute_along_p = register(
-    "permute_along", lambda xp, x, perm, axis: xp.take_along_axis(x, perm, axis=axis),
-    shape=lambda x, perm, axis: x,
+    "permute_along", _permute_along,
+    shape=_permute_along_shape,
     vjp=(lambda g, out, x, perm, axis: bind(
         permute_along_p, g, bind(invert_permutation_p, perm, axis=axis), axis=axis), None),
     jvp=(lambda t, out, x, perm, axis: bind(permute_along_p, t, perm, axis=axis), None),
