@@ -193,18 +193,16 @@ invert_permutation_p = register(
 # x): a pass (passes._sort_by_its_argsort) writes sort(x) so where the
 # graph has argsort(x) anyway, for the sort's gradient: one sort, not two.
 # Its gradient gathers by the inverse permutations.
-def _permute_along(xp, x, perm, axis):
-    if tuple(x.shape) != tuple(perm.shape):
-        raise ValueError(f"permute_along: the permutations' shape {tuple(perm.shape)} is not "
-                         f"the array's {tuple(x.shape)}")
-    return xp.take_along_axis(x, perm, axis=axis)
-
-
 def _permute_along_shape(x, perm, axis):
     if tuple(x.shape) != tuple(perm.shape):
         raise ValueError(f"permute_along: the permutations' shape {tuple(perm.shape)} is not "
                          f"the array's {tuple(x.shape)}")
     return x
+
+
+def _permute_along(xp, x, perm, axis):
+    _permute_along_shape(x, perm, axis)
+    return xp.take_along_axis(x, perm, axis=axis)
 
 
 permute_along_p = register(

@@ -161,6 +161,12 @@ class Kernel:
         them, since the loop reads element i before it stores element i."""
         return list(self._same_index)
 
+    def never_written_over(self, nodes):
+        """No output may take the buffer of these operands (the native
+        driver's row blocks: a later block's product reads them)."""
+        for u in nodes:
+            self._same_index.pop(u, None)
+
     def shares_buffer(self, u, v):
         """Output v is written over operand u: the two parameters point
         into one buffer, so neither may be declared ``__restrict__``."""

@@ -438,8 +438,7 @@ class Function(cstyle.Function):
         self.kernels.append(tail)
         # never written over by an output: the block buffer (reused), and the
         # product's operands (a later block's product reads them)
-        for u in [m] + ir.operands(g, m):
-            kern._same_index.pop(u, None)
+        kern.never_written_over([m] + ir.operands(g, m))
         i = self._step_of[id(grp)]
         self._advance(i)
         self.body.append({"code": None, "comment": None,
