@@ -18,6 +18,12 @@
 #include <cstddef>
 #include <utility>
 #include <type_traits>
+// NVRTC, which builds the kernels on a GPU, has no <math.h>: a kernel naming
+// its macros must fail here too, not pass on the CPU and fail on the device.
+#undef INFINITY
+#undef NAN
+#undef HUGE_VAL
+#undef HUGE_VALF
 
 struct dim3 {
     unsigned int x, y, z;

@@ -1,6 +1,7 @@
 // Included by native_helpers.h and cuda_helpers.cuh (through the code
 // generator's templates), each defining TG_POLY_QUAL: static inline in C,
-// __device__ __forceinline__ in CUDA.
+// __device__ __forceinline__ in CUDA.  NVRTC has no <math.h>: infinities and
+// NaN are the bit-pattern intrinsics both headers provide, never INFINITY/NAN.
 // The n-th derivative of digamma (n == 0: digamma itself), the registry's
 // polygamma row, as tracegrad.ops.runtime_numpy._polygamma computes it:
 // reflection below 0.5 (n == 0), the recurrence up to 10 + 2n, then the
@@ -11,11 +12,13 @@ TG_POLY_QUAL double tg_polygamma(double x, long long n) {
                             -174611.0 / 330};
     double out = 0.0, z = x;
     if (n == 0 && z < 0.5) {
-        if (z == floor(z)) return z == 0.0 ? -INFINITY : NAN;   // SciPy: -inf at 0, nan at -1, -2, ...
+        if (z == floor(z))   // SciPy: -inf at 0, nan at -1, -2, ...
+            return z == 0.0 ? __longlong_as_double(0xfff0000000000000LL)
+                            : __longlong_as_double(0x7ff8000000000000LL);
         out = -M_PI / tan(M_PI * z);
         z = 1.0 - z;
     }
-    if (!(z > -1e4)) return NAN;   // nan, -inf, too far left for the recurrence
+    if (!(z > -1e4)) return __longlong_as_double(0x7ff8000000000000LL);   // nan, -inf, too far left for the recurrence
     if (n > 0 && isinf(z)) return 0.0;
     double fact = 1.0;   // n!
     for (long long j = 2; j <= n; j++) fact *= (double)j;

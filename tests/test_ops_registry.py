@@ -649,14 +649,6 @@ def test_float32_stays_float32(case):
 
 # Device-only math that host C++ lacks, so g++ can check the expressions' syntax and
 # float/double overloads (the real compile happens on the GPU backend).
-_CUDA_SHIMS = """#include <cmath>
-using namespace std;
-template <class T> T rsqrt(T x) { return 1 / sqrt(x); }
-float sinpi(float x) { return sin(3.14159265f * x); }
-double sinpi(double x) { return sin(M_PI * x); }
-"""
-
-
 def test_cuda_expressions_compile_for_float_and_double(tmp_path):
     import shutil
     import subprocess
@@ -676,7 +668,11 @@ def test_cuda_expressions_compile_for_float_and_double(tmp_path):
     helpers = environment().get_template("cuda_helpers.cuh").render().replace(
         "__device__ __forceinline__", "inline")
     src = tmp_path / "exprs.cpp"
-    src.write_text(_CUDA_SHIMS + helpers + "\n".join(lines) + "\n")
+    # the emulator's header stands in for CUDA's built-ins (and, like NVRTC,
+    # leaves out <math.h>'s INFINITY and NAN)
+    from tracegrad import testing
+    src.write_text(f'#include "{testing.header_path()}"\nusing namespace std;\n'
+                   + helpers + "\n".join(lines) + "\n")
     r = subprocess.run([cxx, "-std=c++17", "-fsyntax-only", str(src)], capture_output=True,
                        text=True)
     assert r.returncode == 0, r.stderr[-3000:]
