@@ -32,6 +32,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tracegrad as tg  # noqa: E402
+from tracegrad import testing  # noqa: E402
 from tracegrad.targets.cuda import codegen as codegen_cuda  # noqa: E402
 
 
@@ -215,7 +216,11 @@ def run(xp, small, emulated):
     hand = w2_by_hand(xp)
     _check(tg_call(x, y), hand(x, y), 1e-3)
     bytes_min = 16 * n
+    # the generated driver called directly: the difference to the row above
+    # is what tracegrad's call layer costs on the host
+    driver = testing.load_driver(low.source, xp)["value_and_grad"]
     rows = [("tracegrad CUDA", timeit(tg_call, (x, y), xp, reps), f"{k} kernels"),
+            ("  driver alone", timeit(driver, (x, y), xp, reps), "generated code, no call layer"),
             ("CuPy by hand", timeit(hand, (x, y), xp, reps), "")]
     if torch is not None:
         tx, ty = (torch.as_tensor(a, device="cuda") for a in (x, y))
@@ -248,8 +253,11 @@ def run(xp, small, emulated):
         return (v,) + tuple(g)
     hand_mlp = mlp_by_hand(xp)
     _check(tg_mlp(*params, X, Y), hand_mlp(*params, X, Y), 1e-3)
+    driver_mlp = testing.load_driver(lowm.source, xp)["value_and_grad"]
     rows = [("tracegrad CUDA", timeit(tg_mlp, (*params, X, Y), xp, reps),
              f"{km} kernels + {lowm.source.count('np.matmul(')} cuBLAS matmuls"),
+            ("  driver alone", timeit(driver_mlp, (*params, X, Y), xp, reps),
+             "generated code, no call layer"),
             ("CuPy by hand", timeit(hand_mlp, (*params, X, Y), xp, reps), "")]
     if torch is not None:
         targs = [torch.as_tensor(a, device="cuda") for a in (*params, X, Y)]
@@ -273,7 +281,6 @@ def sweep_grid(xp, n=16_777_216):
     grid-stride loop takes any grid), and print what CuPy reports of the
     kernel's registers and the device's occupancy for it: the data behind
     the driver's choice of grid."""
-    from tracegrad import testing
     rng = np.random.default_rng(0)
     x = xp.asarray(rng.uniform(-2, 2, n).astype(np.float32))
     y = xp.asarray(rng.uniform(-2, 2, n).astype(np.float32))
@@ -290,7 +297,7 @@ def sweep_grid(xp, n=16_777_216):
         print("cupy.cuda.driver has no occupancyMaxActiveBlocksPerMultiprocessor")
     else:
         try:
-            print(f"occupancy: {occ(k.ptr, 256, 0)} blocks of 256 per SM")
+            print(f"occupancy: {occ(k.kernel.ptr, 256, 0)} blocks of 256 per SM")
         except Exception as e:   # the probe's answer is the data: print it
             print(f"occupancy probe failed: {type(e).__name__}: {e}")
     gx, gy = xp.empty_like(x), xp.empty_like(y)
@@ -373,7 +380,6 @@ def main(argv=None):
                    help="also time W2's kernel alone over a range of grid sizes (GPU only)")
     a = p.parse_args(argv)
     if a.emulate:
-        from tracegrad import testing
         with testing.emulated_cupy() as xp:
             run(xp, a.small, True)
         return

@@ -437,6 +437,27 @@ def test_cupy_arrays_select_the_cuda_target(emulator):
     assert "_module" in entry.ns and "CUDA_SOURCE" in entry.ns
 
 
+def test_repeat_cupy_calls_take_the_fast_path_apart_from_numpy(emulator):
+    # a call of CuPy arrays seen before skips the signature's general path,
+    # and NumPy arrays of the same shape and dtype still run the NumPy target
+    x = emulator.asarray(np.linspace(0.1, 1, 7))
+    f = tg.grad(w2, argnums=(0, 1))
+    f(x, x)
+    hits = tg.cache_info()["memory_hits"]
+    gx, _ = f(x, x)
+    assert tg.cache_info()["memory_hits"] == hits + 1
+    assert type(gx).__module__ == "cupy"
+    assert [k[0] for k in f._arrays_only] == [type(x)]   # keyed by CuPy's type too
+    host = np.linspace(0.1, 1, 7)
+    hx, _ = f(host, host)
+    hx2, _ = f(host, host)
+    assert type(hx) is np.ndarray and type(hx2) is np.ndarray
+    assert len(f._arrays_only) == 2
+    np.testing.assert_allclose(testing.to_host(gx), hx, rtol=1e-12)
+    gx2, _ = f(x, x)
+    assert type(gx2).__module__ == "cupy"
+
+
 @pytest.mark.emulator_only
 def test_emulator_checks_launch_arguments(emulator):
     src = 'extern "C" __global__ void k(const double* __restrict__ a, float* __restrict__ b)\n' \

@@ -372,11 +372,11 @@ class Compiled:
                 if run is not None:
                     _stats["memory_hits"] += 1
                     return run(*args)
-            if self._static_pos:     # ndarrays and static ints or strings
-                run = tables.arrays_only.get(_fast_key(args, self._static_pos))
-                if run is not None:
-                    _stats["memory_hits"] += 1
-                    return run(*args)
+            # ndarrays with static ints or strings, or CuPy arrays
+            run = tables.arrays_only.get(_fast_key(args, self._static_pos))
+            if run is not None:
+                _stats["memory_hits"] += 1
+                return run(*args)
         leaves, ranges, kw_tree, statics, names = self._flatten(args, kwargs)
         if _inside_another_transform(leaves, self.kind):
             if self.kind == "forward":
@@ -1070,8 +1070,10 @@ _FAST_STATIC = (int, str, bool)
 
 def _fast_key(args, static_pos):
     """The fast table's key of a call of positional ndarrays (shape and
-    dtype each) and, at static positions, values of exactly int, str or bool
-    (type and value); None for any other call."""
+    dtype each), CuPy arrays (type, shape and dtype: the type keeps them
+    apart from NumPy's, which run another target) and, at static positions,
+    values of exactly int, str or bool (type and value); None for any other
+    call."""
     key = []
     for i, a in enumerate(args):
         t = type(a)
@@ -1081,6 +1083,10 @@ def _fast_key(args, static_pos):
         elif t in _FAST_STATIC and i in static_pos:
             key.append(t)
             key.append(a)
+        elif t.__module__.startswith("cupy"):
+            key.append(t)
+            key.append(a.shape)
+            key.append(a.dtype.char)
         else:
             return None
     return tuple(key)
