@@ -360,3 +360,109 @@ def test_torch_equal_allclose_isclose_are_torchs():
     assert tg.allclose(n, n) is False and tg.allclose(n, n, equal_nan=True) is True
     np.testing.assert_array_equal(np.equal(np.array([1.0, 2.0]), np.array([1.0, 3.0])),
                                   [True, False])
+
+
+# --- sorting: equal elements in each library's own order ----------------------------------
+
+TIES = np.random.default_rng(11).integers(0, 5, 300).astype(np.float64)
+SIGNED_ZEROS = np.random.default_rng(12).choice(np.array([0.0, -0.0, 1.0]), 300)
+WITH_NAN = np.where(TIES == 4, np.nan, TIES)
+SORT_KINDS = [{}, {"kind": "quicksort"}, {"kind": "heapsort"}, {"kind": "stable"},
+              {"kind": "mergesort"}, {"kind": "q"}, {"stable": True}, {"stable": False}]
+
+
+def _numpy_sorts(x, kw):
+    y = x[::-1] * 3.0                       # what the indices select
+    return np.argsort(x, **kw), np.sort(x, **kw), y[np.argsort(x, **kw)], x.argsort(**kw)
+
+
+@pytest.mark.parametrize("kw", SORT_KINDS, ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items())
+                         or "default")
+@pytest.mark.parametrize("mode", ["numpy", "native", "eager"])
+def test_numpy_sort_and_argsort_order_ties_as_numpy_does(kw, mode):
+    # NumPy's default sort is not stable: with ties its indices (and the
+    # order of -0.0 and 0.0) differ from a stable sort's, so tracegrad calls
+    # NumPy with the kind the code asked for
+    def f(x):
+        return _numpy_sorts(x, kw)
+    for x in (TIES, SIGNED_ZEROS, WITH_NAN):
+        want = f(x)
+        got = f(NumpyTensor(x, requires_grad=True)) if mode == "eager" else \
+            tg.compile(f, backend=mode)(x)
+        for g, w in zip(got, want):
+            g = _plain(g)
+            assert g.dtype == w.dtype
+            np.testing.assert_array_equal(g, w)
+            np.testing.assert_array_equal(np.signbit(g), np.signbit(w))
+
+
+def test_numpy_sort_gradient_with_its_default_kind():
+    # the gradient's permutation is the same kind's: tied elements may swap
+    # places, any such order is a valid gradient; distinct values: exact
+    x = np.random.default_rng(3).standard_normal(50)
+    w = np.random.default_rng(4).permutation(50) - 10.0   # unsorted, with a zero
+    for kw in ({}, {"kind": "stable"}, {"kind": "heapsort"}):
+        g = tg.grad(lambda a: np.sum(np.sort(a, **kw) * w))(x)
+        np.testing.assert_array_equal(g[np.argsort(x)], w)
+        g = tg.grad(lambda a: np.sum(np.sort(a, **kw) * w), backend="native")(x)
+        np.testing.assert_array_equal(g[np.argsort(x)], w)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "native"])
+def test_numpy_sort_value_beside_its_gradient_is_numpys_bit_for_bit(backend):
+    # the gradient's argsort also gives the value (one sort, not two) only
+    # where that cannot change a bit: NumPy's unstable sort and argsort
+    # order -0.0 and 0.0 differently
+    for x in (TIES + 0.5, SIGNED_ZEROS, WITH_NAN, TIES.astype(np.float32)):
+        for kw in ({}, {"kind": "stable"}, {"kind": "heapsort"}):
+            value, pullback = tg.vjp(lambda a: np.sort(a, **kw), x, backend=backend)
+            want = np.sort(x, **kw)
+            np.testing.assert_array_equal(value, want)
+            np.testing.assert_array_equal(np.signbit(value), np.signbit(want))
+            ct = np.random.default_rng(5).permutation(x.size).astype(x.dtype) - 3
+            (g,) = pullback(ct)             # unsorted, with zeros
+            np.testing.assert_array_equal(g[np.argsort(x, **kw)], ct)
+
+
+def test_numpy_sort_kind_errors_are_numpys():
+    for kw, msg in (({"kind": "introsort"}, "sort kind must be one of"),
+                    ({"kind": "stable", "stable": True}, "can't be provided at the same time")):
+        with pytest.raises(ValueError, match=msg):
+            np.sort(TIES, **kw)
+        with pytest.raises(ValueError, match=msg):
+            tg.compile(lambda x: np.sort(x, **kw))(TIES)
+
+
+NAN_DATA = np.array([1.0, np.nan, 3.0, 2.0, np.nan, 0.5, 3.0])
+
+
+def test_torch_sorts_put_nan_first_when_descending_and_keep_ties_in_order():
+    # torch: NaN is the largest value, equal elements keep their order
+    # (stable=True; unspecified otherwise, and tracegrad is always stable)
+    want_desc = [1, 4, 2, 6, 3, 0, 5]
+    want_asc = [5, 0, 3, 2, 6, 1, 4]
+
+    def f(t):
+        return (tg.sort(t, descending=True).indices, tg.argsort(t, descending=True),
+                t.argsort(descending=True), tg.topk(t, 3).indices, tg.sort(t).indices,
+                tg.argsort(t), tg.topk(t, 2, largest=False).indices)
+    t = tg.tensor(NAN_DATA)
+    for got in (f(t), tg.compile(f)(t)):
+        got = [list(_plain(g)) for g in got]
+        assert got == [want_desc, want_desc, want_desc, want_desc[:3], want_asc, want_asc,
+                       want_asc[:2]]
+    values = _plain(tg.topk(t, 3).values)
+    assert np.isnan(values[:2]).all() and values[2] == 3.0
+    if torch is not None:
+        tt = torch.tensor(NAN_DATA)
+        assert torch.sort(tt, descending=True, stable=True).indices.tolist() == want_desc
+        assert torch.topk(tt, 3).indices.tolist()[:2] == [1, 4]
+        assert torch.sort(tt, stable=True).indices.tolist() == want_asc
+
+
+def test_torch_descending_sort_gradient_follows_each_element():
+    x = np.array([0.3, np.nan, 2.0, -1.0])
+    t = tg.tensor(x, requires_grad=True)
+    v = tg.sort(t, descending=True).values
+    (v[2:] * tg.tensor([10.0, 100.0])).sum().backward()
+    np.testing.assert_array_equal(_plain(t.grad), [10.0, 0.0, 0.0, 100.0])

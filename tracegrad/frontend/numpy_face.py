@@ -141,6 +141,9 @@ def put(x, indices, values, mode="raise"):
     return np.put(x, indices, values, mode=mode)
 
 
+face_method(FACE, "argsort")(shape.argsort)   # ndarray.argsort: np.argsort's meaning
+
+
 @face_method(FACE, "sort")
 def sort(x, axis=-1, kind=None, order=None, *, stable=None):
     """ndarray.sort: sorts in place (every name bound to x sees it), None."""

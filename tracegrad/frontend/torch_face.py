@@ -112,6 +112,12 @@ def max(input, dim=None, keepdim=False, *, other=None, axis=None, keepdims=None,
     return res
 min = face_method(FACE, "min")(reductions._min_method)
 sort = face_method(FACE, "sort")(shape._sort_method)
+
+
+@face_method(FACE, "argsort")
+def argsort(input, dim=-1, descending=False, stable=False):
+    """Tensor.argsort: stable, NaN the largest value (torch's order)."""
+    return shape.torch_argsort(input, dim, descending)
 split = face_method(FACE, "split")(shape._split_method)
 nonzero = face_method(FACE, "nonzero")(indexing._nonzero_method)
 squeeze = face_method(FACE, "squeeze")(shape._squeeze_method)
@@ -205,14 +211,14 @@ def _pick(t, order, positions, dim):
 @face_method(FACE, "topk")
 def topk(input, k, dim=-1, largest=True, sorted=True):
     """The k largest (or smallest) elements along ``dim``, largest first."""
-    order = ops.argsort(input, axis=dim, descending=largest)
+    order = shape.torch_argsort(input, dim, descending=largest)
     return _topk(*_pick(input, order, list(range(k)), dim))
 
 
 @face_method(FACE, "kthvalue")
 def kthvalue(input, k, dim=-1, keepdim=False):
     """The k-th smallest element along ``dim`` (k counts from 1)."""
-    values, indices = _pick(input, ops.argsort(input, axis=dim), [k - 1], dim)
+    values, indices = _pick(input, shape.torch_argsort(input, dim), [k - 1], dim)
     if not keepdim:
         values, indices = ops.squeeze(values, dim), ops.squeeze(indices, dim)
     return _kthvalue(values, indices)

@@ -131,7 +131,7 @@ def _quantile(input, q, dim, keepdim, interpolation, name, ignore_nan):
     n = _shape_of(x)[d]
     if n == 0:
         raise RuntimeError(f"{name}() input tensor cannot be empty")
-    s = _shape.sort(x, d)                       # NaN last
+    s = _shape.torch_sort(x, d).values          # NaN last
     nan = ops.isnan(x)
     if ignore_nan:
         valid = ops.sum(ops.logical_not(nan), axis=d, keepdims=True)      # per slice
@@ -665,7 +665,7 @@ def meshgrid(*tensors, indexing=None):
 
 def msort(input):
     """torch.msort: sorted along the first dimension."""
-    return _shape.sort(input, 0)
+    return _shape.torch_sort(input, 0).values
 
 
 face_method(FACE, "msort")(msort)
@@ -744,7 +744,7 @@ face_method(FACE, "pinverse")(pinverse)
 
 def argsort(input, dim=-1, descending=False, stable=False):
     """torch.argsort(input, dim=-1, descending=False, stable=False)."""
-    return _shape.argsort(input, dim=dim, descending=descending)
+    return _shape.torch_argsort(input, dim, descending)
 
 
 _svd_t = collections.namedtuple("svd", ["U", "S", "V"])

@@ -451,8 +451,8 @@ def _simplify_node(g, v, exact=False):
 
 def _sort_by_its_argsort(g, v, d, ops):
     """sort(x) -> x gathered by argsort(x) where the graph computes that
-    argsort anyway (a sort's gradient does): the same numbers, both stable,
-    for one sort instead of two."""
+    argsort anyway (a sort's gradient does), for one sort instead of two.
+    The gather gives the sort's own bits (permute_along's kind)."""
     (x,) = ops
     for w in g.successors(x):
         dw = g.nodes[w]

@@ -773,7 +773,7 @@ def median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
     if n == 0:
         raise ValueError("np.median of an empty slice: NumPy returns NaN with a warning; "
                          "tracegrad refuses (there is no element to differentiate)")
-    s = sort(x, axis=-1)
+    s = sort(x, axis=-1, kind="stable")   # ties: the first in x's order is selected (as in JAX)
     half = n // 2
     med = s[..., half] if n % 2 else div(add(s[..., half - 1], s[..., half]), 2.0)
     med = where(isnan(s[..., -1]), np.nan, med)  # NaN sorts last: any NaN gives NaN
@@ -800,7 +800,7 @@ def _quantile(fn, a, q, axis, method, keepdims, weights, interpolation):
     n = shape_of(x)[-1]
     if n == 0:
         raise ValueError(f"np.{fn} of an empty slice has no element to select")
-    s = sort(x, axis=-1)
+    s = sort(x, axis=-1, kind="stable")   # ties: the first in x's order is selected (as in JAX)
     qs = q.reshape(-1)
     results = []
     for qi in qs:

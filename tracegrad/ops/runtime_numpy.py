@@ -96,6 +96,50 @@ def _invert_permutation(p, axis, xp=np):
     return xp.moveaxis(inv.reshape(q.shape), -1, axis)
 
 
+def _sorted_by(x, perm, axis, kind, xp=np):
+    """x gathered along ``axis`` by ``perm`` (kind None).  With a sort kind,
+    ``perm`` is an argsort of x of that kind and the result is
+    ``np.sort(x, axis, kind=kind)``: x gathered by it.  NumPy's unstable sort and argsort may
+    order equal elements differently, which only shows where equal values
+    differ in their bits (-0.0 and 0.0, NaNs, complex parts); there the sort
+    itself runs."""
+    if kind is None or kind == "stable" or xp is not np:   # a gather (CuPy sorts stably)
+        return xp.take_along_axis(x, perm, axis=axis)
+    if x.dtype.kind == "c":
+        return xp.sort(x, axis=axis, kind=kind)
+    out = xp.take_along_axis(x, perm, axis=axis)
+    if out.dtype.kind != "f" or not out.size:
+        return out
+    # out is sorted along axis, NaN last: a NaN shows in the last place; in
+    # one dimension a binary search finds the zeros
+    if np.isnan(np.take(out, -1, axis=axis)).any():
+        return xp.sort(x, axis=axis, kind=kind)
+    if out.ndim == 1:
+        i = np.searchsorted(out, 0.0)
+        zero = i < out.size and out[i] == 0
+    else:
+        zero = (out == 0).any()
+    return xp.sort(x, axis=axis, kind=kind) if zero else out
+
+
+def _unpermute_along(g, perm, axis, xp=np):
+    """g put back where the permutations ``perm`` took it from along
+    ``axis``: ``out[..., perm[..., i]] = g[..., i]`` (one scatter; the
+    gradient of a gather by a permutation)."""
+    out = xp.empty_like(g)
+    if g.ndim == 1:
+        out[perm] = g
+        return out
+    q = xp.moveaxis(perm, axis, -1)
+    n = q.shape[-1]
+    rows = q.reshape(-1, n)
+    flat = xp.moveaxis(out, axis, -1).reshape(-1, n) if g.size else out
+    if g.size:
+        flat[xp.arange(rows.shape[0])[:, None], rows] = xp.moveaxis(g, axis, -1).reshape(-1, n)
+        out = xp.moveaxis(flat.reshape(q.shape), -1, axis)
+    return out
+
+
 def _index_set(g, shape, idx, xp=np):
     """A zero array of ``shape`` holding ``g`` at the basic index ``[idx]``
     (slices, integers, None, Ellipsis: each position at most once)."""

@@ -14,7 +14,7 @@ import numpy as np
 
 from tracegrad.ops.primitives import Aval, bind, register, result_dtype
 from tracegrad.ops._define import method, implements, axis_arg, _ops
-from tracegrad.ops.runtime_numpy import _invert_permutation
+from tracegrad.ops.runtime_numpy import _invert_permutation, _sorted_by, _unpermute_along
 from tracegrad.ops.base import (reshape, transpose, sub, neg, is_value, shape_of, shape_by_eval,
                                 zeros_like_value, astype, sum, broadcast_to)
 
@@ -166,52 +166,76 @@ pad_p = register(
 
 # --- sorting -----------------------------------------------------------------------------
 
-def _sort_vjp(g, out, x, axis):
+# kind: "stable", or NumPy's unstable "quicksort" or "heapsort", called as
+# the user asked for it: the order NumPy gives equal elements (ties, and
+# -0.0 beside 0.0) is that kind's, so the same kind gives the same numbers.
+# CuPy sorts stably whatever the kind (it accepts no other), which is one
+# of the orders an unstable sort may give.
+def _sort_kind(xp, kind):
+    return {"kind": kind} if xp is np else {}
+
+
+def _sort_vjp(g, out, x, axis, kind):
     # sorted position -> original position is argsort; scatter g back by
-    # gathering with the inverse permutation
-    inverse = bind(invert_permutation_p, bind(argsort_p, x, axis=axis), axis=axis)
-    return _ops.take_along_axis(g, inverse, axis=axis)
+    # gathering with the inverse permutation.  Tied elements may take each
+    # other's places in any order: each order gives a valid gradient.
+    return bind(unpermute_along_p, g, bind(argsort_p, x, axis=axis, kind=kind), axis=axis)
 
 
 sort_p = register(
-    "sort", lambda xp, x, axis: xp.sort(x, axis=axis, kind="stable"),
-    shape=lambda x, axis: x,
+    "sort", lambda xp, x, axis, kind: xp.sort(x, axis=axis, **_sort_kind(xp, kind)),
+    shape=lambda x, axis, kind: x,
     vjp=(_sort_vjp,),
-    jvp=(lambda t, out, x, axis: _ops.take_along_axis(t, argsort(x, axis=axis), axis=axis),),
-    numpy="np.sort({0}, axis={axis}, kind='stable')")
+    jvp=(lambda t, out, x, axis, kind: _ops.take_along_axis(
+        t, bind(argsort_p, x, axis=axis, kind=kind), axis=axis),),
+    numpy="np.sort({0}, axis={axis}, kind={kind})", cupy="np.sort({0}, axis={axis})")
 argsort_p = register(
-    "argsort", lambda xp, x, axis: xp.argsort(x, axis=axis, kind="stable"),
-    shape=lambda x, axis: Aval(x.shape, np.dtype(np.intp)), nondiff=True, save_inputs=False,
-    numpy="np.argsort({0}, axis={axis}, kind='stable')")
+    "argsort", lambda xp, x, axis, kind: xp.argsort(x, axis=axis, **_sort_kind(xp, kind)),
+    shape=lambda x, axis, kind: Aval(x.shape, np.dtype(np.intp)), nondiff=True,
+    save_inputs=False,
+    numpy="np.argsort({0}, axis={axis}, kind={kind})", cupy="np.argsort({0}, axis={axis})")
 # (no use of its own to a user: the sort's gradient, one scatter where a
 # second argsort would sort)
 invert_permutation_p = register(
     "invert_permutation", lambda xp, p, axis: _invert_permutation(p, axis, xp),
     shape=lambda p, axis: p, nondiff=True, save_inputs=False,
     numpy="_invert_permutation({0}, {axis})", helpers=("_invert_permutation",))
-# x gathered along ``axis`` by permutations ``perm`` (the stable argsort of
-# x): a pass (passes._sort_by_its_argsort) writes sort(x) so where the
-# graph has argsort(x) anyway, for the sort's gradient: one sort, not two.
-# Its gradient gathers by the inverse permutations.
-def _permute_along_shape(x, perm, axis):
+# x gathered along ``axis`` by permutations ``perm``.  A pass
+# (passes._sort_by_its_argsort) writes sort(x, kind) so where the graph has
+# argsort(x, kind) anyway, for the sort's gradient: one sort, not two.  kind:
+# that sort's (the result is then that sort's, bit for bit: _sorted_by), or
+# None for a plain gather (the gradient's).
+def _permute_along_shape(x, perm, axis, kind):
     if tuple(x.shape) != tuple(perm.shape):
         raise ValueError(f"permute_along: the permutations' shape {tuple(perm.shape)} is not "
                          f"the array's {tuple(x.shape)}")
     return x
 
 
-def _permute_along(xp, x, perm, axis):
-    _permute_along_shape(x, perm, axis)
-    return xp.take_along_axis(x, perm, axis=axis)
+def _permute_along(xp, x, perm, axis, kind):
+    _permute_along_shape(x, perm, axis, kind)
+    return _sorted_by(x, perm, axis, kind, xp)
+
+
+def _gather_by(g, perm, axis):
+    return bind(permute_along_p, g, perm, axis=axis, kind=None)
 
 
 permute_along_p = register(
     "permute_along", _permute_along,
     shape=_permute_along_shape,
-    vjp=(lambda g, out, x, perm, axis: bind(
-        permute_along_p, g, bind(invert_permutation_p, perm, axis=axis), axis=axis), None),
-    jvp=(lambda t, out, x, perm, axis: bind(permute_along_p, t, perm, axis=axis), None),
-    numpy="np.take_along_axis({0}, {1}, axis={axis})")
+    vjp=(lambda g, out, x, perm, axis, kind: bind(unpermute_along_p, g, perm, axis=axis),
+         None),
+    jvp=(lambda t, out, x, perm, axis, kind: _gather_by(t, perm, axis), None),
+    numpy="_sorted_by({0}, {1}, {axis}, {kind})", helpers=("_sorted_by",),
+    cupy="np.take_along_axis({0}, {1}, axis={axis})")   # CuPy sorts stably: a gather
+# its transpose: g put back where permutations took it from (one scatter)
+unpermute_along_p = register(
+    "unpermute_along", lambda xp, g, perm, axis: _unpermute_along(g, perm, axis, xp),
+    shape=lambda g, perm, axis: _permute_along_shape(g, perm, axis, None),
+    vjp=(lambda ct, out, g, perm, axis: _gather_by(ct, perm, axis), None),
+    jvp=(lambda t, out, g, perm, axis: bind(unpermute_along_p, t, perm, axis=axis), None),
+    numpy="_unpermute_along({0}, {1}, {axis})", helpers=("_unpermute_along",))
 argpartition_p = register(
     "argpartition", lambda xp, x, kth, axis: xp.argpartition(x, kth, axis=axis),
     shape=lambda x, kth, axis: Aval(x.shape, np.dtype(np.intp)), nondiff=True,
@@ -623,56 +647,89 @@ def diff(x, n=1, axis=_DEFAULT, prepend=None, append=None, *, dim=None):
     return x
 
 
-def _sort_options(kind, order, select=False):
-    """NumPy's ``kind=`` (every sort kind gives the same result; tracegrad
-    sorts stably) and ``order=`` (field names: tracegrad values have no fields)."""
-    if select:
-        if kind != "introselect":
-            raise ValueError(f"select kind must be 'introselect' (got {kind!r})")
-    elif kind is not None and kind not in ("quicksort", "mergesort", "heapsort", "stable",
-                                          "q", "m", "h", "s"):
+_SORT_KINDS = {"q": "quicksort", "h": "heapsort", "m": "stable", "s": "stable"}
+
+
+def _sort_kind_of(kind, stable):
+    """NumPy's ``kind=`` and ``stable=`` as the kind tracegrad's sort rows
+    carry: "quicksort" (NumPy's default), "heapsort" or "stable" ("mergesort"
+    is NumPy's name for its stable sort too).  NumPy reads the first letter."""
+    if stable is not None:
+        if kind is not None:
+            raise ValueError("`kind` and keyword parameters can't be provided at the same "
+                             "time. Use only one of them.")
+        return "stable" if stable else "quicksort"
+    if kind is None:
+        return "quicksort"
+    k = _SORT_KINDS.get(kind[:1].lower()) if isinstance(kind, str) else None
+    if k is None:
         raise ValueError(f"sort kind must be one of 'quick', 'heap', or 'stable' (got {kind!r})")
+    return k
+
+
+def _sort_options(kind, order, select=False):
+    """NumPy's ``order=`` (field names: tracegrad values have no fields) and,
+    for a partition, its one ``kind``."""
+    if select and kind != "introselect":
+        raise ValueError(f"select kind must be 'introselect' (got {kind!r})")
     if order is not None:
         raise ValueError("Cannot specify order when the array has no fields.")
 
 
 @implements(np.sort)
 def sort(x, axis=-1, kind=None, order=None, *, stable=None):
-    """Sorted values (stable); the gradient follows each element to its place."""
+    """np.sort: sorted values; equal elements in the order NumPy's ``kind``
+    gives them; the gradient follows each element to its place."""
     _sort_options(kind, order)
+    kind = _sort_kind_of(kind, stable)
     if axis is None:
         x, axis = ravel(x), 0
-    return bind(sort_p, x, axis=_norm_axis(axis, len(shape_of(x))))
+    return bind(sort_p, x, axis=_norm_axis(axis, len(shape_of(x))), kind=kind)
 
+
+@implements(np.argsort)
+def argsort(x, axis=-1, kind=None, order=None, *, stable=None):
+    """np.argsort: indices that sort x, equal elements in the order NumPy's
+    ``kind`` gives them (no gradient)."""
+    _sort_options(kind, order)
+    kind = _sort_kind_of(kind, stable)
+    if axis is None:
+        x, axis = ravel(x), 0
+    return bind(argsort_p, x, axis=_norm_axis(axis, len(shape_of(x))), kind=kind)
+
+
+# --- torch's sorts: stable (torch leaves the order of equal elements open
+# unless stable=True, so one order serves both), NaN the largest value ------
 
 return_types_sort = collections.namedtuple("sort", ["values", "indices"])
 
 
+def torch_argsort(x, dim=-1, descending=False):
+    """torch.argsort: stable; descending puts NaN first, as torch does."""
+    dim = _norm_axis(dim, len(shape_of(x)), "dim")
+    if not descending:
+        return bind(argsort_p, x, axis=dim, kind="stable")
+    order = bind(argsort_p, neg(x), axis=dim, kind="stable")   # NaN last here
+    if np.dtype(result_dtype(x)).kind not in "fc":
+        return order
+    # NaN to the front, in their first order: a stable sort of "is a number"
+    is_number = _ops.logical_not(_ops.isnan(_ops.take_along_axis(x, order, axis=dim)))
+    return _ops.take_along_axis(order, bind(argsort_p, is_number, axis=dim, kind="stable"),
+                                axis=dim)
+
+
+def torch_sort(x, dim=-1, descending=False):
+    """torch.sort: (values, indices), stable, NaN the largest value."""
+    dim = _norm_axis(dim, len(shape_of(x)), "dim")
+    idx = torch_argsort(x, dim, descending)
+    if descending:
+        return return_types_sort(_ops.take_along_axis(x, idx, axis=dim), idx)
+    return return_types_sort(bind(sort_p, x, axis=dim, kind="stable"), idx)
+
+
 def _sort_method(x, dim=-1, descending=False, stable=False):
     """torch's sort: (values, indices)."""
-    dim = _norm_axis(dim, len(shape_of(x)), "dim")
-    if descending:
-        idx = argsort(neg(x), axis=dim)
-        return return_types_sort(_ops.take_along_axis(x, idx, axis=dim), idx)
-    return return_types_sort(sort(x, dim), argsort(x, dim))
-
-
-@implements(np.argsort)
-def argsort(x, axis=-1, kind=None, order=None, *, stable=None, dim=None, descending=False):
-    """Indices that sort x (stable; no gradient)."""
-    _sort_options(kind, order)
-    if dim is not None:          # torch's name (its default, -1, is NumPy's axis default)
-        if axis != -1:
-            raise TypeError("pass either axis= or dim=, not both")
-        axis = dim
-    if axis is None:
-        x, axis = ravel(x), 0
-    if descending:
-        x = neg(x)
-    return bind(argsort_p, x, axis=_norm_axis(axis, len(shape_of(x))))
-
-
-method("argsort")(argsort)   # NumPy's axis, kind, order and torch's dim, descending, stable
+    return torch_sort(x, dim, descending)
 
 
 @implements(np.argpartition)
