@@ -65,8 +65,8 @@ def test_mlp_gradient_in_row_blocks_equals_the_numpy_target(small_blocks, rows, 
     for _ in range(2):      # the kept buffers' second use
         _same(native(*args), want, 1e-12 if dtype == np.float64 else 2e-5)
     src = native.lower(*args).source
-    per = codegen_c.ROW_BLOCK_BYTES // (16 * np.dtype(dtype).itemsize)    # 8 or 16 rows
-    if rows < 2 * per:
+    per = codegen_c.row_block_rows(rows, 16 * np.dtype(dtype).itemsize)
+    if per is None:
         assert "for _r in range(" not in src
         return
     # both products with a hidden-sized output run in blocks (X @ W1 and
@@ -130,7 +130,8 @@ def test_an_operand_of_the_product_is_never_written_over(small_blocks):
 
 def test_products_too_small_or_read_elsewhere_stay_whole(small_blocks):
     rng = np.random.default_rng(6)
-    A, B = rng.standard_normal((12, 16)), rng.standard_normal((16, 16))     # under two blocks
+    A, B = rng.standard_normal((3, 16)), rng.standard_normal((16, 16))  # under two small blocks
+    assert codegen_c.row_block_rows(3, 16 * 8) is None
     src = tg.compile(lambda A, B: np.tanh(A @ B), backend="native").lower(A, B).source
     assert "for _r in range(" not in src
     A = rng.standard_normal((40, 16))
@@ -139,6 +140,17 @@ def test_products_too_small_or_read_elsewhere_stay_whole(small_blocks):
     assert "for _r in range(" not in src
     for a, b in zip(f(A, B), (np.tanh(A @ B), A @ B)):
         np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_a_product_under_two_blocks_is_split_in_quarter_blocks(small_blocks):
+    # 12 rows of 16 float64 (1.5 blocks of 8 rows): blocks of 2 rows
+    assert codegen_c.row_block_rows(12, 16 * 8) == 2
+    assert codegen_c.row_block_rows(16, 16 * 8) == 8
+    rng = np.random.default_rng(7)
+    A, B = rng.standard_normal((12, 16)), rng.standard_normal((16, 16))
+    f = tg.compile(lambda A, B: np.tanh(A @ B), backend="native")
+    assert "for _r in range(0, 10, 2):" in f.lower(A, B).source
+    np.testing.assert_allclose(f(A, B), np.tanh(A @ B), rtol=1e-12)
 
 
 def test_a_node_computed_only_for_a_later_kernel_moves_into_it():

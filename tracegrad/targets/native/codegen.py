@@ -134,6 +134,20 @@ KEPT_MAX_BYTES = 64 << 20
 # memory; in 256 KiB blocks, 7% slower with two threads).
 ROW_BLOCK_BYTES = 1 << 20
 ROW_BLOCK_MIN_BLOCKS = 2
+# A product below two such blocks (W3's 512 KiB) is split in blocks a
+# quarter that size, as long as it makes two: two BLAS calls and launches
+# instead of one, for a quarter of its memory.
+ROW_BLOCK_SMALL_DIVISOR = 4
+
+
+def row_block_rows(rows, row_bytes):
+    """The rows of one block of a ``rows`` x ``row_bytes`` product, or
+    None where it is not split (fewer than ROW_BLOCK_MIN_BLOCKS blocks)."""
+    for block in (ROW_BLOCK_BYTES, ROW_BLOCK_BYTES // ROW_BLOCK_SMALL_DIVISOR):
+        per = max(1, block // max(1, row_bytes))
+        if rows >= ROW_BLOCK_MIN_BLOCKS * per:
+            return per
+    return None
 
 
 class _BlockShapes:
@@ -217,9 +231,9 @@ class Function(cstyle.Function):
             (gi,) = readers
             grp = groups[gi]
             rows, cols = d["shape"]
-            per = max(1, ROW_BLOCK_BYTES // max(1, cols * np.dtype(d["dtype"]).itemsize))
-            if grp.reductions or tuple(grp.shape) != (rows, cols) or \
-                    rows < ROW_BLOCK_MIN_BLOCKS * per or gi in found:
+            per = row_block_rows(rows, cols * np.dtype(d["dtype"]).itemsize)
+            if grp.reductions or tuple(grp.shape) != (rows, cols) or per is None or \
+                    gi in found:
                 continue
             members = set(grp.nodes)
             ok = True
