@@ -86,6 +86,13 @@ def gamma_like(x):
     return np.sum(tsp.gammaln(np.abs(x) + 0.5) * x)
 
 
+def sorted_weights(x):
+    # sort and argsort as CuPy calls (CuPy sorts stably, whatever the kind);
+    # the gradient's scatter back is a helper run on CuPy arrays
+    return np.sum(np.sort(x, axis=1) * np.linspace(-1.0, 1.0, x.shape[1])) + \
+        np.sum(np.sort(x, axis=None)[-3:])
+
+
 def piecewise(x, y):
     return np.sum(np.where(x > 0, x, 0.1 * x) + np.maximum(x, y) * np.clip(y, -0.5, 0.5))
 
@@ -164,6 +171,7 @@ CORPUS = {
     "logreg": (logreg, lambda r: (_r(r, 5), _r(r, 20, 5), np.sign(_r(r, 20))), 0, ("hessian",)),
     "special": (special, lambda r: (_r(r, 50),), 0, ("jvp",)),
     "gamma_like": (gamma_like, lambda r: (_r(r, 40),), 0, ("hessian",)),
+    "sorted_weights": (sorted_weights, lambda r: (_r(r, 4, 9),), 0, ("vjp", "jvp")),
     "piecewise": (piecewise, lambda r: (_r(r, 30), _r(r, 30)), (0, 1), ()),
     "rational": (rational, lambda r: (_r(r, 3, 4), _r(r, 4)), (0, 1), ()),
     "rowmax": (rowmax, lambda r: (_r(r, 5, 6),), None, ("vjp",)),
