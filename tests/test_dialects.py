@@ -466,3 +466,34 @@ def test_torch_descending_sort_gradient_follows_each_element():
     v = tg.sort(t, descending=True).values
     (v[2:] * tg.tensor([10.0, 100.0])).sum().backward()
     np.testing.assert_array_equal(_plain(t.grad), [10.0, 0.0, 0.0, 100.0])
+
+
+@pytest.mark.parametrize("mode", ["numpy", "native", "eager"])
+def test_numpy_partition_is_numpys_own_arrangement_and_its_gradient_follows_it(mode):
+    # from about 1,000 elements NumPy's partition and argpartition arrange
+    # the elements on each side of kth differently: np.partition is NumPy's
+    x = np.random.default_rng(21).standard_normal(3000)
+    k = 700
+    w = np.linspace(1.0, 2.0, k)
+
+    def f(a):
+        return np.partition(a, k)
+
+    def loss(a):
+        return np.sum(np.partition(a, k)[:k] * w)
+    assert not np.array_equal(np.partition(x, k), x[np.argpartition(x, k)])
+    for data in (x, np.where(x > 1.5, 0.0, x), np.where(x < -1.5, np.nan, x)):
+        got = f(NumpyTensor(data, requires_grad=True)) if mode == "eager" else \
+            tg.compile(f, backend=mode)(data)
+        np.testing.assert_array_equal(_plain(got), np.partition(data, k))
+    if mode == "eager":
+        t = NumpyTensor(x, requires_grad=True)
+        loss(t).backward()
+        g = _plain(t.grad)
+    else:
+        g = tg.grad(loss, backend=mode)(x)
+    out = np.partition(x, k)
+    src = np.argsort(x)[np.searchsorted(np.sort(x), out)]     # distinct values: unique
+    want = np.zeros_like(x)
+    want[src[:k]] = w
+    np.testing.assert_array_equal(g, want)

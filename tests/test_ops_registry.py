@@ -205,6 +205,10 @@ CASES += [
          [A(4, 3), Const(np.array([[2, 0, 3], [0, 1, 2], [3, 2, 1], [1, 3, 0]]))], {"axis": 0},
          id="unpermute_along-axis0"),
     Case("argpartition", [A(3, 5)], {"kth": 2, "axis": 1}),
+    Case("partition", [A(3, 5)], {"kth": 2, "axis": 1}),
+    Case("partition", [A(6, 3)], {"kth": (1, 4), "axis": 0}, id="partition-two-kth"),
+    Case("partition_positions", [A(3, 5), Const(np.partition(
+        np.random.default_rng(1).standard_normal((3, 5)), 2, axis=1))], {"kth": 2, "axis": 1}),
     # linear algebra
     Case("einsum", [A(3, 4), A(4, 5)], {"subscripts": "ij,jk->ik"}),
     Case("einsum", [A(3, 3)], {"subscripts": "ii->i"}, id="einsum-diag"),

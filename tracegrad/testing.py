@@ -290,6 +290,7 @@ ravel_multi_index
 reciprocal remainder repeat reshape result_type rint roll round sign sin sinc sinh sort split sqrt
 square squeeze stack subtract sum swapaxes take tan tanh tensordot tile transpose trunc copyto
 true_divide var std where zeros zeros_like frexp ldexp real imag conj conjugate take_along_axis
+partition
 """.split())
 # The ufuncs whose ``.reduce`` CuPy implements (14.x): any other raises there.
 CUPY_REDUCE_UFUNCS = frozenset({"add", "multiply"})

@@ -27,11 +27,12 @@ from tracegrad.frontend.trace import Trace
 AXIS_PRIMS = {"sum", "prod", "max", "min", "amax", "amin", "mean", "cumsum", "cumprod",
               "concatenate", "stack", "flip", "split", "softmax", "log_softmax", "logsumexp",
               "argmax", "argmin", "all", "any", "var", "std", "sort", "argsort", "squeeze",
-              "expand_dims", "diff", "repeat", "roll", "take_along_axis"}
+              "expand_dims", "diff", "repeat", "roll", "take_along_axis", "permute_along",
+              "unpermute_along"}
 # Attribute names that rule 3 knows how to rewrite; a primitive whose
 # attributes are all in here (and, for ``axis``, in AXIS_PRIMS) is batched by it.
 SHIFTABLE = {"axis", "axes", "shape", "keepdims", "dtype", "ddof", "decimals", "n",
-             "indices_or_sections", "sections", "repeats"}
+             "indices_or_sections", "sections", "repeats", "kind"}
 
 
 def _logical_ndim(val, batched):

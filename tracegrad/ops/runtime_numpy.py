@@ -13,7 +13,8 @@ import math
 import numpy as np
 
 # helper -> the helpers it calls (the code generator copies those too)
-HELPER_DEPS = {"_bessel_jy": ("_jn_small", "_jn_miller"), "_index_add": ("_flat_positions",)}
+HELPER_DEPS = {"_bessel_jy": ("_jn_small", "_jn_miller"), "_index_add": ("_flat_positions",),
+               "_partition_positions": ("_unpermute_along",)}
 
 
 def _erf(x):
@@ -138,6 +139,22 @@ def _unpermute_along(g, perm, axis, xp=np):
         flat[xp.arange(rows.shape[0])[:, None], rows] = xp.moveaxis(g, axis, -1).reshape(-1, n)
         out = xp.moveaxis(flat.reshape(q.shape), -1, axis)
     return out
+
+
+def _partition_positions(x, out, kth, axis, xp=np):
+    """Where each element of ``out = np.partition(x, kth, axis)`` came from:
+    ``perm`` with ``take_along_axis(x, perm)`` equal to ``out`` (equal
+    elements matched in order; any match is a valid gradient).  NumPy's
+    argpartition arranges the elements otherwise than its partition from
+    about 1,000 on; where it does, both are matched through stable sorts."""
+    if xp is np:
+        perm = np.argpartition(x, kth, axis=axis)
+        if np.array_equal(np.take_along_axis(x, perm, axis=axis), out, equal_nan=True):
+            return perm
+    stable = {"kind": "stable"} if xp is np else {}
+    sx = xp.argsort(x, axis=axis, **stable)
+    so = xp.argsort(out, axis=axis, **stable)
+    return _unpermute_along(sx, so, axis, xp)
 
 
 def _index_set(g, shape, idx, xp=np):

@@ -14,7 +14,8 @@ import numpy as np
 
 from tracegrad.ops.primitives import Aval, bind, register, result_dtype
 from tracegrad.ops._define import method, implements, axis_arg, _ops
-from tracegrad.ops.runtime_numpy import _invert_permutation, _sorted_by, _unpermute_along
+from tracegrad.ops.runtime_numpy import (_invert_permutation, _partition_positions, _sorted_by,
+                                         _unpermute_along)
 from tracegrad.ops.base import (reshape, transpose, sub, neg, is_value, shape_of, shape_by_eval,
                                 zeros_like_value, astype, sum, broadcast_to)
 
@@ -240,6 +241,28 @@ argpartition_p = register(
     "argpartition", lambda xp, x, kth, axis: xp.argpartition(x, kth, axis=axis),
     shape=lambda x, kth, axis: Aval(x.shape, np.dtype(np.intp)), nondiff=True,
     save_inputs=False, numpy="np.argpartition({0}, {kth}, axis={axis})")
+# np.partition itself: its arrangement of the elements on each side of kth
+# is its own (NumPy's argpartition arranges them otherwise from about 1,000
+# elements on), so the gradient finds where each element came from
+partition_positions_p = register(
+    "partition_positions",
+    lambda xp, x, out, kth, axis: _partition_positions(x, out, kth, axis, xp),
+    shape=lambda x, out, kth, axis: Aval(x.shape, np.dtype(np.intp)), nondiff=True,
+    save_inputs=False, numpy="_partition_positions({0}, {1}, {kth}, {axis})",
+    helpers=("_partition_positions",))
+
+
+def _partition_perm(out, x, kth, axis):
+    return bind(partition_positions_p, x, out, kth=kth, axis=axis)
+
+
+partition_p = register(
+    "partition", lambda xp, x, kth, axis: xp.partition(x, kth, axis=axis),
+    shape=lambda x, kth, axis: x,
+    vjp=(lambda g, out, x, kth, axis: bind(
+        unpermute_along_p, g, _partition_perm(out, x, kth, axis), axis=axis),),
+    jvp=(lambda t, out, x, kth, axis: _gather_by(t, _partition_perm(out, x, kth, axis), axis),),
+    numpy="np.partition({0}, {kth}, axis={axis})", save_out=True)
 
 
 # --- the functional API --------------------------------------------------------------------
@@ -743,11 +766,12 @@ def argpartition(x, kth, axis=-1, kind="introselect", order=None):
 
 @implements(np.partition)
 def partition(x, kth, axis=-1, kind="introselect", order=None):
-    """np.partition: gathered through argpartition, so values and gradient agree."""
+    """np.partition: NumPy's own arrangement of the elements."""
     _sort_options(kind, order, select=True)
     if axis is None:
         x, axis = ravel(x), 0
-    return _ops.take_along_axis(x, argpartition(x, kth, axis), axis=axis)
+    kth = tuple(int(k) for k in kth) if isinstance(kth, (tuple, list)) else int(kth)
+    return bind(partition_p, x, kth=kth, axis=_norm_axis(axis, len(shape_of(x))))
 
 
 def _atleast(n, arys):

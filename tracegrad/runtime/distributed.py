@@ -118,7 +118,7 @@ _LINEAR_ON_R = {"neg", "sum", "reshape", "transpose", "getitem", "broadcast_to",
 # ops with an `axis` attribute that work along it (each row's result would
 # depend on other rows when it is the row axis)
 _ALONG_AXIS = {"cumsum", "cumprod", "sort", "argsort", "flip", "roll", "concatenate",
-               "repeat", "argpartition"}
+               "repeat", "argpartition", "partition"}
 _REDUCTIONS = {"prod", "amax", "amin", "argmax", "argmin", "all", "any"}
 # same shape as operand 0, elementwise in effect
 _SAME_SHAPE = {"clone", "zeros_like"}
