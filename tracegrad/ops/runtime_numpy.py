@@ -104,7 +104,8 @@ def _sorted_by(x, perm, axis, kind, xp=np):
     order equal elements differently, which only shows where equal values
     differ in their bits (-0.0 and 0.0, NaNs, complex parts); there the sort
     itself runs."""
-    if kind is None or kind == "stable" or xp is not np:   # a gather (CuPy sorts stably)
+    # (in a CUDA driver the name np is CuPy, which sorts stably: a gather)
+    if kind is None or kind == "stable" or xp.__name__ != "numpy":
         return xp.take_along_axis(x, perm, axis=axis)
     if x.dtype.kind == "c":
         return xp.sort(x, axis=axis, kind=kind)
@@ -147,13 +148,15 @@ def _partition_positions(x, out, kth, axis, xp=np):
     elements matched in order; any match is a valid gradient).  NumPy's
     argpartition arranges the elements otherwise than its partition from
     about 1,000 on; where it does, both are matched through stable sorts."""
-    if xp is np:
-        perm = np.argpartition(x, kth, axis=axis)
-        if np.array_equal(np.take_along_axis(x, perm, axis=axis), out, equal_nan=True):
+    if xp.__name__ == "numpy":
+        perm = xp.argpartition(x, kth, axis=axis)
+        if xp.array_equal(xp.take_along_axis(x, perm, axis=axis), out, equal_nan=True):
             return perm
-    stable = {"kind": "stable"} if xp is np else {}
-    sx = xp.argsort(x, axis=axis, **stable)
-    so = xp.argsort(out, axis=axis, **stable)
+        sx = xp.argsort(x, axis=axis, kind="stable")
+        so = xp.argsort(out, axis=axis, kind="stable")
+    else:   # CuPy (the name np in a CUDA driver) sorts stably
+        sx = xp.argsort(x, axis=axis)
+        so = xp.argsort(out, axis=axis)
     return _unpermute_along(sx, so, axis, xp)
 
 
