@@ -72,14 +72,12 @@ def _flat_positions(shape, size, idx, xp=np):
         # arrays give positions in the trailing dimensions (negatives
         # wrapped), added to each leading position's offset
         tail = tuple(shape[k:])
-        if xp.__name__ == "numpy" and len(tail) > 1 and all(tail):
-            # one call: mode="wrap" wraps negative indices as indexing does
-            # (the gather itself refused any out of range)
-            inner = np.ravel_multi_index(tuple(rest), tail, mode="wrap")
-        else:
-            arrays = xp.broadcast_arrays(*rest)
-            inner = xp.ravel_multi_index(tuple(a % d if d else a for a, d in zip(arrays, tail)),
-                                         tail) if len(tail) > 1 else arrays[0] % tail[0]
+        # negative indices wrapped as indexing wraps them (the gather itself
+        # refused any out of range, so a + d will do: an integer % costs
+        # more than the rest), skipped where none is negative
+        arrays = [a if not a.size or a.min() >= 0 else xp.where(a < 0, a + d, a)
+                  for a, d in zip(rest, tail)]
+        inner = xp.ravel_multi_index(tuple(arrays), tail) if len(tail) > 1 else arrays[0]
         lead = tuple(shape[:k])
         if not lead:
             return inner
