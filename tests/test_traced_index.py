@@ -351,3 +351,24 @@ def test_a_global_the_traced_function_assigns_reaches_the_module():
     tg.grad(f)(W, 0)
     assert TRACES_SEEN == before + 1
     assert type(DATA) is np.ndarray   # the module's array stays itself
+
+
+def test_flat_positions_wrap_negative_indices_as_indexing_does():
+    # the gradient of a gather scatters to these positions: negative indices
+    # wrap (some, all or none negative), index arrays broadcast, and a
+    # leading slice or an empty dimension keeps its meaning
+    from tracegrad.ops.runtime_numpy import _flat_positions
+    rng = np.random.default_rng(0)
+    cases = [((5, 7), (np.arange(5)[:, None], rng.integers(-7, 7, (5, 3)))),
+             ((5, 7), (rng.integers(-5, 5, (1, 4)), rng.integers(-7, 7, (3, 1)))),
+             ((5, 7), (rng.integers(-5, 0, (4,)), rng.integers(-7, 0, (4,)))),
+             ((2, 5, 7), (slice(None), rng.integers(-5, 5, (4,)), rng.integers(0, 7, (4,)))),
+             ((3, 4, 5), (rng.integers(0, 3, (2, 2)), rng.integers(-4, 4, (2, 1)),
+                          rng.integers(0, 5, (1, 2)))),
+             ((6,), (rng.integers(-6, 6, (40,)),)), ((6,), (rng.integers(0, 6, (4,)),)),
+             ((0, 3), (np.zeros((0,), np.int64), np.zeros((0,), np.int64)))]
+    for shape, idx in cases:
+        size = int(np.prod(shape))
+        want = np.arange(size).reshape(shape)[idx]
+        got = _flat_positions(shape, size, idx)
+        assert got.shape == want.shape and np.array_equal(got, want), (shape, idx)
