@@ -542,3 +542,26 @@ def test_memory_cache_size_from_the_environment(monkeypatch, value, expected):
     else:
         with pytest.warns(RuntimeWarning, match="TRACEGRAD_MEMORY_CACHE_SIZE=.*positive integer"):
             assert cache._memory_cache_size() == cache.DEFAULT_MEMORY_CACHE_SIZE
+
+
+def test_a_helper_is_pasted_as_imported_whatever_its_file_now_says(tmp_path, monkeypatch):
+    # an upgrade (or an edit) of tracegrad's files while a process runs:
+    # the helpers pasted into generated modules are the code this process
+    # imported, not the lines now on disk at the old offsets
+    import linecache
+
+    from tracegrad.ops import runtime_numpy
+    monkeypatch.setenv("TRACEGRAD_CACHE_DIR", str(tmp_path))
+    tg.clear_cache()
+    path = runtime_numpy.__file__
+    real = linecache.getlines
+
+    def changed(filename, module_globals=None):
+        lines = real(filename, module_globals)
+        return ["# moved\n"] * 40 + lines if filename == path else lines
+    monkeypatch.setattr(linecache, "getlines", changed)
+    monkeypatch.setattr(linecache, "checkcache", lambda *a, **k: None)
+    idx = np.array([0, 2, 2, -1])
+    g = tg.grad(lambda x: np.sum(x[idx] ** 2), backend="numpy")(np.arange(1.0, 6.0))
+    np.testing.assert_array_equal(g, [2.0, 0.0, 12.0, 0.0, 10.0])
+    tg.clear_cache()

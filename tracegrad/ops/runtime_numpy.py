@@ -636,3 +636,23 @@ def _while_steps(tape, body, consts):
         for _ in range(min(every, n - j * every) - 1):
             seg.append(tuple(body(*seg[-1], *consts)))
         yield from reversed(seg)
+
+
+# This file's text as it was imported: code generation pastes a helper's
+# source from it (helper_source), so an edit or an upgrade of the file on
+# disk while a process runs cannot paste other lines than the code this
+# process runs (and store a broken module in the disk cache).
+try:
+    with open(__file__, encoding="utf-8") as _f:
+        _SOURCE_LINES = _f.read().splitlines(keepends=True)
+except OSError:     # no source file beside the code: inspect's search is all there is
+    _SOURCE_LINES = None
+
+
+def helper_source(name):
+    """The source of helper ``name`` as this process imported it."""
+    import inspect
+    fn = globals()[name]
+    if _SOURCE_LINES is None:
+        return inspect.getsource(fn)
+    return "".join(inspect.getblock(_SOURCE_LINES[fn.__code__.co_firstlineno - 1:]))

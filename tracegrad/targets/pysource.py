@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import builtins
-import inspect
 import keyword
 import math
 import os
@@ -530,12 +529,11 @@ class Module:
         if name in self._helper_names:
             return
         from tracegrad.ops import runtime_numpy
-        fn = getattr(runtime_numpy, name)
         self._helper_names.add(name)
         # helpers may call other helpers
         for dep in getattr(runtime_numpy, "HELPER_DEPS", {}).get(name, ()):
             self.helper(dep)
-        src = inspect.getsource(fn)
+        src = runtime_numpy.helper_source(name)
         if "math." in src:
             self.needs_math = True
         self.helpers.append(src.rstrip())
