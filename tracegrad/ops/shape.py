@@ -177,8 +177,8 @@ def _sort_kind(xp, kind):
 
 
 def _sort_vjp(g, out, x, axis, kind):
-    # sorted position -> original position is argsort; scatter g back by
-    # gathering with the inverse permutation.  Tied elements may take each
+    # sorted position -> original position is the argsort of the same kind;
+    # g goes back there in one scatter.  Tied elements may take each
     # other's places in any order: each order gives a valid gradient.
     return bind(unpermute_along_p, g, bind(argsort_p, x, axis=axis, kind=kind), axis=axis)
 
@@ -195,8 +195,8 @@ argsort_p = register(
     shape=lambda x, axis, kind: Aval(x.shape, np.dtype(np.intp)), nondiff=True,
     save_inputs=False,
     numpy="np.argsort({0}, axis={axis}, kind={kind})", cupy="np.argsort({0}, axis={axis})")
-# (no use of its own to a user: the sort's gradient, one scatter where a
-# second argsort would sort)
+# the inverse of permutations (SciPy's LU pivots): one scatter where a
+# second argsort would sort
 invert_permutation_p = register(
     "invert_permutation", lambda xp, p, axis: _invert_permutation(p, axis, xp),
     shape=lambda p, axis: p, nondiff=True, save_inputs=False,
