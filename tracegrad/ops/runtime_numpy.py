@@ -653,6 +653,6 @@ def helper_source(name):
     """The source of helper ``name`` as this process imported it."""
     import inspect
     fn = globals()[name]
-    if _SOURCE_LINES is None:
+    if _SOURCE_LINES is None or fn.__code__.co_filename != __file__:   # defined elsewhere
         return inspect.getsource(fn)
     return "".join(inspect.getblock(_SOURCE_LINES[fn.__code__.co_firstlineno - 1:]))
