@@ -364,6 +364,12 @@ class Compiled:
             key = []
             for a in args:
                 if type(a) is not np.ndarray:
+                    # ndarrays with static ints or strings, or CuPy arrays
+                    if self._static_pos or type(a).__module__.startswith("cupy"):
+                        run = tables.arrays_only.get(_fast_key(args, self._static_pos))
+                        if run is not None:
+                            _stats["memory_hits"] += 1
+                            return run(*args)
                     break
                 key.append(a.shape)
                 key.append(a.dtype.char)
@@ -372,11 +378,6 @@ class Compiled:
                 if run is not None:
                     _stats["memory_hits"] += 1
                     return run(*args)
-            # ndarrays with static ints or strings, or CuPy arrays
-            run = tables.arrays_only.get(_fast_key(args, self._static_pos))
-            if run is not None:
-                _stats["memory_hits"] += 1
-                return run(*args)
         leaves, ranges, kw_tree, statics, names = self._flatten(args, kwargs)
         if _inside_another_transform(leaves, self.kind):
             if self.kind == "forward":

@@ -14,7 +14,8 @@ import numpy as np
 
 # helper -> the helpers it calls (the code generator copies those too)
 HELPER_DEPS = {"_bessel_jy": ("_jn_small", "_jn_miller"), "_index_add": ("_flat_positions",),
-               "_partition_positions": ("_unpermute_along",)}
+               "_partition_positions": ("_unpermute_along",),
+               "_invert_permutation": ("_unpermute_along",)}
 
 
 def _erf(x):
@@ -90,14 +91,10 @@ def _flat_positions(shape, size, idx, xp=np):
 def _invert_permutation(p, axis, xp=np):
     """The inverse of the permutations along ``axis``: ``inv[..., p[..., i]]
     = i``.  One scatter, where the argsort of ``p`` would sort."""
-    if p.size == 0:
-        return xp.empty_like(p)
-    q = xp.moveaxis(p, axis, -1)
-    n = q.shape[-1]
-    rows = q.reshape(-1, n)
-    inv = xp.empty(rows.shape, dtype=p.dtype)
-    inv[xp.arange(rows.shape[0])[:, None], rows] = xp.arange(n, dtype=p.dtype)
-    return xp.moveaxis(inv.reshape(q.shape), -1, axis)
+    steps = [1] * p.ndim
+    steps[axis] = p.shape[axis]
+    positions = xp.broadcast_to(xp.arange(p.shape[axis], dtype=p.dtype).reshape(steps), p.shape)
+    return _unpermute_along(positions, p, axis, xp)
 
 
 def _sorted_by(x, perm, axis, kind, xp=np):
@@ -117,10 +114,10 @@ def _sorted_by(x, perm, axis, kind, xp=np):
         return out
     # out is sorted along axis, NaN last: a NaN shows in the last place; in
     # one dimension a binary search finds the zeros
-    if np.isnan(np.take(out, -1, axis=axis)).any():
+    if xp.isnan(xp.take(out, -1, axis=axis)).any():
         return xp.sort(x, axis=axis, kind=kind)
     if out.ndim == 1:
-        i = np.searchsorted(out, 0.0)
+        i = xp.searchsorted(out, 0.0)
         zero = i < out.size and out[i] == 0
     else:
         zero = (out == 0).any()
@@ -131,18 +128,17 @@ def _unpermute_along(g, perm, axis, xp=np):
     """g put back where the permutations ``perm`` took it from along
     ``axis``: ``out[..., perm[..., i]] = g[..., i]`` (one scatter; the
     gradient of a gather by a permutation)."""
-    out = xp.empty_like(g)
     if g.ndim == 1:
+        out = xp.empty_like(g)
         out[perm] = g
         return out
+    if g.size == 0:
+        return xp.empty_like(g)
     q = xp.moveaxis(perm, axis, -1)
-    n = q.shape[-1]
-    rows = q.reshape(-1, n)
-    flat = xp.moveaxis(out, axis, -1).reshape(-1, n) if g.size else out
-    if g.size:
-        flat[xp.arange(rows.shape[0])[:, None], rows] = xp.moveaxis(g, axis, -1).reshape(-1, n)
-        out = xp.moveaxis(flat.reshape(q.shape), -1, axis)
-    return out
+    rows = q.reshape(-1, q.shape[-1])
+    out = xp.empty(rows.shape, g.dtype)
+    out[xp.arange(rows.shape[0])[:, None], rows] = xp.moveaxis(g, axis, -1).reshape(rows.shape)
+    return xp.moveaxis(out.reshape(q.shape), -1, axis)
 
 
 def _partition_positions(x, out, kth, axis, xp=np):

@@ -187,8 +187,8 @@ sort_p = register(
     "sort", lambda xp, x, axis, kind: xp.sort(x, axis=axis, **_sort_kind(xp, kind)),
     shape=lambda x, axis, kind: x,
     vjp=(_sort_vjp,),
-    jvp=(lambda t, out, x, axis, kind: _ops.take_along_axis(
-        t, bind(argsort_p, x, axis=axis, kind=kind), axis=axis),),
+    jvp=(lambda t, out, x, axis, kind: _gather_by(
+        t, bind(argsort_p, x, axis=axis, kind=kind), axis),),
     numpy="np.sort({0}, axis={axis}, kind={kind})", cupy="np.sort({0}, axis={axis})")
 argsort_p = register(
     "argsort", lambda xp, x, axis, kind: xp.argsort(x, axis=axis, **_sort_kind(xp, kind)),
@@ -755,13 +755,17 @@ def _sort_method(x, dim=-1, descending=False, stable=False):
     return torch_sort(x, dim, descending)
 
 
+def _kth(kth):
+    """A partition's ``kth``: an int, or a tuple of them."""
+    return tuple(int(k) for k in kth) if isinstance(kth, (tuple, list)) else int(kth)
+
+
 @implements(np.argpartition)
 def argpartition(x, kth, axis=-1, kind="introselect", order=None):
     _sort_options(kind, order, select=True)
     if axis is None:
         x, axis = ravel(x), 0
-    kth = tuple(int(k) for k in kth) if isinstance(kth, (tuple, list)) else int(kth)
-    return bind(argpartition_p, x, kth=kth, axis=_norm_axis(axis, len(shape_of(x))))
+    return bind(argpartition_p, x, kth=_kth(kth), axis=_norm_axis(axis, len(shape_of(x))))
 
 
 @implements(np.partition)
@@ -770,8 +774,7 @@ def partition(x, kth, axis=-1, kind="introselect", order=None):
     _sort_options(kind, order, select=True)
     if axis is None:
         x, axis = ravel(x), 0
-    kth = tuple(int(k) for k in kth) if isinstance(kth, (tuple, list)) else int(kth)
-    return bind(partition_p, x, kth=kth, axis=_norm_axis(axis, len(shape_of(x))))
+    return bind(partition_p, x, kth=_kth(kth), axis=_norm_axis(axis, len(shape_of(x))))
 
 
 def _atleast(n, arys):
