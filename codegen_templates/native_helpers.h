@@ -137,10 +137,12 @@ static inline long long tg_now_ns(void)
 // the threads for this call: m (at most TG_NUM_THREADS) or 1; *t0: its start
 static inline int tg_par_threads(tg_par* p, int m, long long* t0)
 {
+    if (tg_forked || m < 2) {                      // (tg_par_done reads no time then)
+        *t0 = 0;
+        return 1;
+    }
     const long long now = tg_now_ns();
     *t0 = now;
-    if (tg_forked || m < 2)
-        return 1;
 #ifdef TG_PAR_FIXED
     return m;                                      // (measurements: always the threads)
 #endif

@@ -294,16 +294,40 @@ def test_tg_compile_dynamic_keyword_and_the_numpy_target():
 @needs_cc
 @needs_entry
 def test_a_structural_change_gets_its_own_build():
-    # W2 from the stack to the heap (whole functions keep buffers on the stack
-    # up to 128 KiB): another skeleton, so another build, with right values
+    # y of one element broadcasts: another graph, so another skeleton and
+    # another build, with right values
+    def f(x, y):
+        return np.sum(np.tanh(x)[1:] * y[:-1])
+    vg = tg.value_and_grad(f, argnums=(0, 1), backend="native")
+    want = tg.value_and_grad(f, argnums=(0, 1), backend="numpy")
+    for n, m in ((500, 500), (600, 600), (700, 2)):
+        x, y = np.linspace(-2, 2, n), np.linspace(-1, 3, m)
+        _same(vg(x, y), want(x, y), rtol=1e-11)
+    assert _loaded_generic(vg, np.ones(600), np.ones(600))
+    assert not _loaded_generic(vg, np.ones(700), np.ones(2))
+
+
+@needs_cc
+@needs_entry
+def test_the_structure_stays_across_sizes():
+    # from the second size on, no choice of the C is made from a size (the
+    # stack or the heap, threads, one block or several, unrolled loops, row
+    # blocks): the sizes from 3 to 3e5 elements, on both sides of every
+    # threshold, are served by the one generic build
     def f(x):
         return np.sum(np.tanh(x)[1:] * x[:-1])
     vg = tg.value_and_grad(f, backend="native")
     want = tg.value_and_grad(f, backend="numpy")
-    for n in (500, 600, 60_000):
+    for n in (500, 600):
         x = np.linspace(-2, 2, n)
         _same(vg(x), want(x), rtol=1e-11)
-    assert not _loaded_generic(vg, np.linspace(-2, 2, 60_000))
+    sizes = (3, 9, 200, 300, 17_000, 60_000, 300_000)
+    with _NoCompiler():
+        got = [vg(np.linspace(-2, 2, n)) for n in sizes]
+    for n, g in zip(sizes, got):
+        x = np.linspace(-2, 2, n)
+        assert _loaded_generic(vg, x)
+        _same(g, want(x), rtol=1e-11)
 
 
 @needs_cc
@@ -318,13 +342,18 @@ def test_a_number_the_template_keeps_is_a_mismatch():
     x = np.linspace(0, 1, 300)
     for c in (2.0, 3.0, 5.0):
         _same(vg(x, c), (np.sum(np.sin(x) * c), np.cos(x) * c))
-    x4 = np.linspace(0, 1, 400)     # now the size differs too: a new, wider template
+    # now the size differs too: the generic structure, its template made
+    # against the first size at c = 7.0, which stays a literal
+    x4 = np.linspace(0, 1, 400)
     _same(vg(x4, 7.0), (np.sum(np.sin(x4) * 7.0), np.cos(x4) * 7.0))
     assert _loaded_generic(vg, x4)
-    x5 = np.linspace(0, 1, 500)     # both read at run time now: no build
+    x5 = np.linspace(0, 1, 500)     # another c: a mismatch, a new, wider template
+    _same(vg(x5, 11.0), (np.sum(np.sin(x5) * 11.0), np.cos(x5) * 11.0))
+    assert _loaded_generic(vg, x5)
+    x6 = np.linspace(0, 1, 600)     # both read at run time now: no build
     with _NoCompiler():
-        got = vg(x5, 11.0)
-    _same(got, (np.sum(np.sin(x5) * 11.0), np.cos(x5) * 11.0))
+        got = vg(x6, 13.0)
+    _same(got, (np.sum(np.sin(x6) * 13.0), np.cos(x6) * 13.0))
 
 
 def test_templates_match_only_their_own_numbers():

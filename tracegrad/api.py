@@ -89,7 +89,7 @@ def _merged_checks(old_guard, checks):
 
 class _Tables:
     """A function's built signatures, and the guard of what they read."""
-    __slots__ = ("fast", "arrays_only", "guard", "retraces", "specialised")
+    __slots__ = ("fast", "arrays_only", "guard", "retraces", "specialised", "first_sizes")
 
     def __init__(self):
         self.fast = cache.LRU(SIGNATURES_PER_FUNCTION)
@@ -99,11 +99,15 @@ class _Tables:
         self.guard = None   # code_deps.Guard of the captured state the traces read
         self.retraces = 0   # traces dropped because captured state changed
         self.specialised = {}   # the transform with these integer arguments static
+        # (transform, dtypes and ranks) -> the shapes of its first call: a call
+        # at other shapes gets the native target's generic structure
+        self.first_sizes = {}
 
     def forget(self):
         self.fast.clear()
         self.arrays_only.clear()
         self.guard = None
+        self.first_sizes.clear()
 
 
 _TABLES = weakref.WeakKeyDictionary()   # fn -> {configuration: _Tables}
@@ -707,42 +711,68 @@ class Compiled:
             lowered.frozen = list(trace.frozen)            # capture="freeze": constants
             return lowered
         from tracegrad.runtime import pipeline  # a build: the code generator loads here
-        probe = None
-        if self.dynamic and backend == "native":
-            def probe():    # the same function at other sizes: what varies is generic at once
-                return self._probe(kind, arrays, ranges, kw_tree, statics, nargs, faces, capture,
-                                   backend, wrt, names)
+        probe, generic = None, False
+        if backend == "native" and self.dynamic is not False:
+            probe_shapes = self._probe_shapes(kind, avals)
+            generic = probe_shapes is not None
+            if probe_shapes:
+                def probe():    # the same function at other sizes: what varies is generic
+                    return self._probe(kind, probe_shapes, ranges, kw_tree, statics, nargs,
+                                       faces, capture, backend, wrt, names)
         ns = pipeline.load(khash, parts,
                            lambda: _compile(kind, trace, wrt, names, self, parts, khash,
-                                            probe)[1],
+                                            probe, generic)[1],
                            explain_as=parts["function"])
         n_out = len(trace.outputs)
         entry = _Entry(ns, out_tree, n_out, None, wrt, avals)
         entry.set_function(ns[_FN_NAME[kind]], trace)
         return entry
 
-    def _probe(self, kind, arrays, ranges, kw_tree, statics, nargs, faces, capture, backend,
-               wrt, names):
-        """dynamic=True: the transform's graphs at other sizes (every
-        dimension of 2 or more one larger, and doubled; sizes 0 and 1 stay,
-        as torch's dynamic shapes specialise them), whose C texts tell which
-        numbers vary (the first whose C has the same structure serves); a
-        size at which the function does not trace is left out (the code is
-        then generic from its second size on)."""
-        avals = [_leaf_aval(a) for a in arrays]
+    def _probe_shapes(self, kind, avals):
+        """The native target's generic structure (docs/native.md, "Generic
+        sizes") for a call at ``avals``: None for the C specialised to these
+        sizes (the first shapes of the transform and its dtypes and ranks,
+        with dynamic=None), else the lists of argument avals to probe at,
+        whose C texts tell which numbers vary: with dynamic=True, every
+        dimension of 2 or more one larger, and doubled (sizes 0 and 1 stay,
+        as torch's dynamic shapes specialise them); with dynamic=None, the
+        first call's sizes where only they differ (empty once a template
+        may exist: its second other size)."""
+        sig = (kind, tuple((a.dtype, len(a.shape)) for a in avals))
+        shapes = tuple(a.shape for a in avals)
+        first = self._tables.first_sizes.setdefault(sig, [shapes])   # at most two
+        if self.dynamic:
+            return [[Aval(tuple(grow(d) if d >= 2 else d for d in a.shape), a.dtype)
+                     if a.dtype != object else a for a in avals]
+                    for grow in (lambda d: d + 1, lambda d: d * 2)]
+        if shapes == first[0]:
+            return None
+        if len(first) == 2:
+            return []
+        first.append(shapes)
+        # a dimension 0 or 1 at the first call is specialised there (a
+        # broadcast): the probe takes this call's size one larger instead
+        return [[Aval(tuple(d0 if d0 >= 2 and d >= 2 else d + 1 if d != d0 and d >= 2 else d
+                            for d0, d in zip(s0, a.shape)), a.dtype)
+                 if a.dtype != object else a for s0, a in zip(first[0], avals)]]
 
+    def _probe(self, kind, probes, ranges, kw_tree, statics, nargs, faces, capture, backend,
+               wrt, names):
+        """The transform's graphs at the sizes of ``probes`` (lists of
+        argument avals), whose C texts tell which numbers vary (the first
+        whose C has the same structure serves); a size at which the function
+        does not trace is left out (the code is then generic from the next
+        size on)."""
         def rebuild(tracers):
             return _rebuild_args(tracers, ranges, kw_tree, statics, nargs)
         out = []
-        for grow in (lambda d: d + 1, lambda d: d * 2):
-            probe = [Aval(tuple(grow(d) if d >= 2 else d for d in a.shape), a.dtype)
-                     if a.dtype != object else a for a in avals]
+        for probe in probes:
             try:
                 trace, _ = trace_function(self.fn, probe, rebuild, names, backend, faces,
                                           capture=capture)
                 g = _transform_graph(kind, trace, wrt)
             except Exception as e:  # noqa: BLE001 -- a size it does not take: no probe, said
-                log.info("tracegrad: dynamic=True: %s does not trace at %s (%s: %s)",
+                log.info("tracegrad: generic sizes: %s does not trace at %s (%s: %s)",
                          self.__name__, [list(a.shape) for a in probe], type(e).__name__, e)
                 continue
             out.append([(g, _FN_NAME[kind], [trace.nodes[i].name for i in trace.inputs], "")])
@@ -1186,10 +1216,10 @@ def _transform_graph(kind, trace, wrt):
                               [j for _, lo, hi in wrt for j in range(lo, hi)])
 
 
-def _compile(kind, trace, wrt, names, compiled, parts, khash, probe=None):
+def _compile(kind, trace, wrt, names, compiled, parts, khash, probe=None, generic=False):
     """Trace -> transformed graph -> source (NumPy, or the CUDA target's);
-    ``probe``: a function giving the same transform at other sizes (native,
-    dynamic=True)."""
+    ``probe``: a function giving the same transform at other sizes, and
+    ``generic``: the generic structure (native, docs/native.md)."""
     from tracegrad.runtime import pipeline
     g = _transform_graph(kind, trace, wrt)
     fn = compiled.fn
@@ -1210,7 +1240,8 @@ def _compile(kind, trace, wrt, names, compiled, parts, khash, probe=None):
     dynamic = getattr(compiled, "dynamic", None)
     source = pipeline.generate([(g, _FN_NAME[kind], names, doc)], parts.get("backend", "numpy"),
                                source=src, transform=parts["transform"], key=khash,
-                               dynamic=dynamic, probe=probe() if probe is not None else None)
+                               dynamic=dynamic, probe=probe() if probe is not None else None,
+                               generic=generic)
     return g, source
 
 

@@ -106,12 +106,13 @@ def split(joint, n_in, n_out):
     return fwd, bwd, n_residuals
 
 
-def generate(functions, backend="numpy", dynamic=None, probe=None, **header):
+def generate(functions, backend="numpy", dynamic=None, probe=None, generic=False, **header):
     """Source of one module with a function per (graph, name, argument
     names, docstring): the NumPy target, or for backend "cupy" the CUDA
     target's CuPy driver with the same function names.  ``dynamic`` and
-    ``probe`` (the same functions at other sizes) are the native target's
-    generic sizes (docs/native.md); sizes are no constants of the others."""
+    ``probe`` (the same functions at other sizes) and ``generic`` (the C's
+    structure the same at every size) are the native target's generic sizes
+    (docs/native.md); sizes are no constants of the others."""
     if backend == "cupy":
         from tracegrad.targets.cuda import codegen as cuda
         return cuda.generate_driver(functions, **header)
@@ -121,7 +122,7 @@ def generate(functions, backend="numpy", dynamic=None, probe=None, **header):
         if rec is not None:
             from tracegrad.targets.native import codegen as native
             return native.generate_driver(functions, rec=rec, sizes=SIZES, dynamic=dynamic,
-                                          probe=probe, **header)
+                                          probe=probe, generic=generic, **header)
         toolchain.fallback_notice(why)
     from tracegrad.targets.numpy import codegen
     return codegen.generate_numpy(functions, **header)

@@ -379,6 +379,7 @@ class Function:
         self.doc = doc   # printed through templates.safe_text by the template
         self.body = []
         self.kernels = []
+        self.module = module
         names = {v: a for v, a in zip(g.graph["inputs"], self.args)}
         groups = passes.fusion_groups(g)
         fresh = set()   # variables written by our kernels: contiguous, no copy needed
@@ -501,6 +502,9 @@ class DriverModule(pysource.Module):
         super().__init__()
         self.kernel_handles = []
         self.function_cls = None   # the target's Function
+        # the native target's generic structure: no choice made from a size
+        # (docs/native.md, "Generic sizes")
+        self.generic = False
 
     def lower_body(self, g, name, args, doc):
         """A loop or branch body's graph as one more function of the driver,

@@ -140,9 +140,14 @@ ROW_BLOCK_MIN_BLOCKS = 2
 ROW_BLOCK_SMALL_DIVISOR = 4
 
 
-def row_block_rows(rows, row_bytes):
+def row_block_rows(rows, row_bytes, generic=False):
     """The rows of one block of a ``rows`` x ``row_bytes`` product, or
-    None where it is not split (fewer than ROW_BLOCK_MIN_BLOCKS blocks)."""
+    None where it is not split (fewer than ROW_BLOCK_MIN_BLOCKS blocks).
+    ``generic`` (the generic structure): whole blocks at every size, so that
+    the kernels are the same whatever the rows (fewer than a block: the
+    last block only)."""
+    if generic:
+        return max(1, ROW_BLOCK_BYTES // max(1, row_bytes))
     for block in (ROW_BLOCK_BYTES, ROW_BLOCK_BYTES // ROW_BLOCK_SMALL_DIVISOR):
         per = max(1, block // max(1, row_bytes))
         if rows >= ROW_BLOCK_MIN_BLOCKS * per:
@@ -231,7 +236,8 @@ class Function(cstyle.Function):
             (gi,) = readers
             grp = groups[gi]
             rows, cols = d["shape"]
-            per = row_block_rows(rows, cols * np.dtype(d["dtype"]).itemsize)
+            per = row_block_rows(rows, cols * np.dtype(d["dtype"]).itemsize,
+                                 self.module.generic)
             if grp.reductions or tuple(grp.shape) != (rows, cols) or per is None or \
                     gi in found:
                 continue
@@ -610,13 +616,16 @@ def row_loop(kern):
             "inner": inner}
 
 
-def c_source(functions, lowered, g_of, rec, header=()):
+def c_source(functions, lowered, g_of, rec, header=(), generic=False):
+    """The C file of lowered functions; ``generic``: the generic structure
+    (every kernel but a loop body's in its threaded form, whatever its size:
+    see Function.module.generic)."""
     kernels, entries, wholes, whole_entries, decls, protos = [], [], [], [], [], []
 
     def kernel_dict(kern, g, inline=False):
         k = kern.render_dict(g)
         k["threads"] = thread_count(kern)
-        k["parallel"] = k["threads"] > 1
+        k["parallel"] = k["threads"] > 1 or (generic and not inline)
         # a fused sum over one block needs no pairwise counter (whose struct
         # a small kernel in a loop body would clear at every step)
         k["one_block"] = bool(kern.accs) and kern.n <= TG_BLOCK and not k["parallel"]
@@ -671,12 +680,14 @@ def c_source(functions, lowered, g_of, rec, header=()):
 UNIT_LINES = 4000
 
 
-def _lower(functions):
+def _lower(functions, generic=False):
     """(module, lowered functions, graph of each): a graph whose every node
     has a C form becomes one C function (whole.WholeFunction),
-    any other keeps the driver structure (Function)."""
+    any other keeps the driver structure (Function).  ``generic``: the
+    generic structure (docs/native.md, "Generic sizes")."""
     module = cstyle.DriverModule()
     module.function_cls = Function
+    module.generic = generic
     prefix_each = len(functions) > 1
     lowered, g_of = [], {}
     whole_on = builder.whole_enabled()
@@ -711,7 +722,7 @@ def _array_args(f, g):
 
 
 def generate_driver(functions, source="", transform="", key="", rec=None, standalone=False,
-                    sizes=None, dynamic=None, probe=None):
+                    sizes=None, dynamic=None, probe=None, generic=False):
     """Source of one Python module holding a function per (graph, name, arg
     names, docstring) in ``functions``, with the kernels of all of them in
     one C file.  ``standalone``: the module finds the compiler itself when
@@ -723,20 +734,24 @@ def generate_driver(functions, source="", transform="", key="", rec=None, standa
     once a skeleton was seen with other numbers), True (generic at once,
     against ``probe``: the same functions traced at other sizes), False
     (never generic).  ``probe``: lists of functions like ``functions`` at
-    other sizes.  A generic module's C reads its sizes at run time and
-    is built once for every size it serves (docs/native.md, "Generic sizes")."""
+    other sizes, whose C texts tell at once which numbers vary.
+    ``generic``: the generic structure, no choice made from a size (the
+    caller's, from the second size of a function on).  A generic module's C
+    reads its sizes at run time and is built once for every size it serves
+    (docs/native.md, "Generic sizes")."""
     if rec is None and not standalone:
         raise ValueError("codegen (native): a driver needs the build recipe, or standalone=True")
-    module, lowered, g_of = _lower(functions)
-    csrc = c_source(functions, lowered, g_of, rec if not standalone else None)
+    generic = generic and not standalone
+    module, lowered, g_of = _lower(functions, generic)
+    csrc = c_source(functions, lowered, g_of, rec if not standalone else None, generic=generic)
     values = None
     if sizes is not None and not standalone and dynamic is not False and \
             rec.get("entry") == "python" and builder.loader()["_numpy_include"]() is not None:
         probes = []
-        for fns in (probe or []) if dynamic else []:
-            _, p_lowered, p_g_of = _lower(fns)
-            probes.append(c_source(fns, p_lowered, p_g_of, rec))
-        csrc, values = sizes.resolve(csrc, bool(dynamic), probes)
+        for fns in probe or []:
+            _, p_lowered, p_g_of = _lower(fns, generic)
+            probes.append(c_source(fns, p_lowered, p_g_of, rec, generic=generic))
+        csrc, values = sizes.resolve(csrc, bool(probes), probes)
     return templates.environment().get_template("native_driver.py.j2").render(
         version=__version__, source=source, transform=transform, key=key,
         c_source=cstyle.py_string(csrc),

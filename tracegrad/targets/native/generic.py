@@ -56,6 +56,11 @@ _INT = re.compile(r"([0-9]+)(LL|ll|ULL|ull|)\Z")
 _FLOAT = re.compile(r"((?:[0-9]+\.[0-9]*|[0-9]+(?=[eE]))(?:[eE][+-]?[0-9]+)?)(f?)\Z")
 _COMMENT_NUM = re.compile(r"(?<![A-Za-z_0-9.])[0-9]+(?:\.[0-9]+)?(?:e[+-]?[0-9]+)?")
 
+# numbers that follow these are holes of every template, even where the
+# texts it is made from agree: a kernel's most useful threads change with its
+# size in steps (codegen.thread_count), so two sizes often agree and a third not
+_ALWAYS = ("TG_THREADS(",)
+
 # where tg_enter and tg_leave join the extension's methods (native_kernels.c.j2)
 _METHODS = "static PyMethodDef tg_methods[] = {\n"
 
@@ -63,11 +68,12 @@ _METHODS = "static PyMethodDef tg_methods[] = {\n"
 class Text:
     """A C text cut into code, numbers and comments."""
 
-    __slots__ = ("pieces", "nums", "comments", "skeleton", "holeable")
+    __slots__ = ("pieces", "nums", "comments", "skeleton", "holeable", "always")
 
     def __init__(self, source):
         pieces = []         # ("c", text) code | ("n", index) number | ("m", index) comment
         nums, comments, holeable = [], [], []
+        always = set()      # numbers that are holes even where two sizes agree
         skel = []
         at = 0
         for m in _TOKEN.finditer(source):
@@ -90,6 +96,8 @@ class Text:
                 nums.append(text)
                 holeable.append((not line.startswith("#") or line.startswith(_OMP_LOOP)) and
                                 (_INT.match(text) or _FLOAT.match(text)) is not None)
+                if source.endswith(_ALWAYS, 0, m.start()) and holeable[-1]:
+                    always.add(len(nums) - 1)
                 skel.append("\0n")
             else:
                 pieces.append(("c", text))
@@ -101,6 +109,7 @@ class Text:
         self.nums = nums
         self.comments = comments
         self.holeable = holeable
+        self.always = always
         self.skeleton = hashlib.sha256("".join(skel).encode()).hexdigest()
 
 
@@ -123,7 +132,8 @@ class Template:
             m = _INT.match(t)
             kind = "d" if m else "f"
             suffix = m.group(2).lower() if m else _FLOAT.match(t).group(2)
-            key = (kind, suffix, t, tuple(o.nums[i] for o in others))
+            key = (kind, suffix, t, tuple(o.nums[i] for o in others)) \
+                if i not in ref.always else i     # a slot of its own
             slot = slots.get(key)
             if slot is None:
                 slot = slots[key] = nd if kind == "d" else nf
@@ -235,7 +245,7 @@ def holes_between(texts):
     None when one of them cannot be a hole (a hexadecimal float, a number
     in a preprocessor line, an integer in one text and a float in another)."""
     ref = texts[0]
-    holes = set()
+    holes = set(ref.always)
     for t in texts[1:]:
         for i, (a, b) in enumerate(zip(ref.nums, t.nums)):
             if a == b:
@@ -411,7 +421,8 @@ class Registry:
             if v is not None:
                 self.reused += 1
                 return tp.source, v
-        earlier = list(self.seen.get(t.skeleton, ()))
+        # a template that does not match is widened against its own text
+        earlier = [tp.ref for tp in tps] + list(self.seen.get(t.skeleton, ()))
         if dynamic:
             earlier += [Text(p) for p in reversed(probes or ()) if usable(p)]
         for e in reversed(earlier):

@@ -230,7 +230,7 @@ class WholeFunction:
         name = f"b{self._n}"
         self._n += 1
         nbytes = n * c_sizes(ct)
-        if self._stack + nbytes <= STACK_BYTES:
+        if self._stack + nbytes <= STACK_BYTES and not self.module.generic:
             self._stack += nbytes
             self.decls.append(f"{ct} {name}[{n}];  // {what}")
             self.storage[name] = ("stack", ct, n, what)
