@@ -13,7 +13,13 @@ Two tables:
    The disk cache is a fresh temporary folder (each new size writes its
    entry, as a user's would).
 
-2. **Per call**: the generic code (``dynamic=True``) against the code
+2. **Across sizes**: W2 and W3 called at sizes from a few elements to a
+   few million, on both sides of every size the C's choices depend on
+   (threads, one sum block or several, unrolled loops, row blocks, the stack
+   or the heap), after two sizes first: how many of them ran the C compiler
+   (processes started are counted) and what each new size cost.
+
+3. **Per call**: the generic code (``dynamic=True``) against the code
    specialised to the size (``dynamic=False``) on W2 and W3 at
    ``compare.py``'s sizes, timed in interleaved rounds; the ratio is the
    median over rounds of generic / specialised in the same round.
@@ -93,6 +99,67 @@ def new_size_table(rounds, quick):
                 times[k].append(w)
                 cpu[k].append(c)
         rows.append((name, base, first, times, cpu))
+    return rows
+
+
+SWEEPS = {
+    "W2": (100_000, 99_993, [99_990, 50_000, 20_000, 10_000, 5_000, 1_000, 300, 100, 30, 8, 3,
+                             200_000, 1_000_000, 3_000_000]),
+    "W3": (200, 193, [190, 150, 100, 64, 33, 17, 8, 2, 300, 500, 1_000, 1_500, 2_000, 4_000,
+                      10_000, 256, 261, 1_001]),
+}
+
+
+class _CountProcesses:
+    """Counts the processes started (the C compiler) while it is entered."""
+
+    def __enter__(self):
+        import subprocess
+        self.n, self._popen = 0, subprocess.Popen
+        outer = self
+
+        class Counted(subprocess.Popen):
+            def __init__(self, *a, **k):
+                outer.n += 1
+                super().__init__(*a, **k)
+        subprocess.Popen = Counted
+        return self
+
+    def __exit__(self, *exc):
+        import subprocess
+        subprocess.Popen = self._popen
+
+
+def sweep_table(quick):
+    import tracegrad as tg
+    from compare import chain, mlp
+    rng = np.random.default_rng(2)
+    W1, b1, W2, b2 = (rng.standard_normal((64, 256)) * 0.1, np.zeros(256),
+                      rng.standard_normal((256, 10)) * 0.1, np.zeros(10))
+    makers = {"W2": (chain, (0, 1), lambda n: (rng.standard_normal(n), rng.standard_normal(n))),
+              "W3": (mlp, (0, 1, 2, 3), lambda B: (W1, b1, W2, b2, rng.standard_normal((B, 64)),
+                                                   rng.standard_normal((B, 10))))}
+    rows = []
+    for name, (first, second, sizes) in SWEEPS.items():
+        if quick:
+            sizes = [s for s in sizes if s <= 20_000]
+        fn, argnums, make = makers[name]
+        f = tg.value_and_grad(fn, argnums=argnums, backend="native")
+        want = tg.value_and_grad(fn, argnums=argnums, backend="numpy")
+        f(*make(first))
+        f(*make(second))
+        built, times, ok = [], [], True
+        for s in sizes:
+            args = make(s)
+            with _CountProcesses() as c:
+                t = time.perf_counter()
+                got = f(*args)
+                times.append(time.perf_counter() - t)
+            built.append(c.n)
+            ref = want(*args)
+            ok = ok and all(np.allclose(a, b, rtol=1e-10, atol=1e-12) for a, b in
+                            zip([got[0], *got[1]], [ref[0], *ref[1]]))
+        rows.append((name, first, second, sizes, built, times, ok))
     return rows
 
 
@@ -177,6 +244,17 @@ def main():
             print(f"| {name} {base}, {base - 7}, then new | {k} | {w1 * 1e3:.1f} / "
                   f"{c1 * 1e3:.1f} | {w2 * 1e3:.1f} / {c2 * 1e3:.1f} | {_ms(ts)} | "
                   f"{_ms(cpu[k])} |")
+    print()
+    print("## Across sizes: C builds after the first two sizes (each size once, in this order)")
+    print()
+    print("| workload | first two | sizes then | sizes that ran the compiler | "
+          "ms per size: median (max) | values as the NumPy target's |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for name, first, second, sizes, built, times, ok in sweep_table(args.quick):
+        ran = [str(s) for s, b in zip(sizes, built) if b]
+        print(f"| {name} | {first}, {second} | {', '.join(map(str, sizes))} | "
+              f"{len(ran)} of {len(sizes)}{': ' + ', '.join(ran) if ran else ''} | "
+              f"{statistics.median(times) * 1e3:.1f} ({max(times) * 1e3:.1f}) | {ok} |")
     print()
     print("## Per call: generic C against C specialised to the size")
     print()

@@ -119,6 +119,7 @@ def _loaded_generic(f, *args):
 # --- every registry row ------------------------------------------------------------------
 
 SIZES = (100, 150, 200)     # past the one-block and unrolled kernels' sizes
+TINY = 5
 
 
 def _sized(case, s):
@@ -201,7 +202,17 @@ def test_every_row_generic_equals_specialised(cases):
             for g in (auto, forced):
                 _same(g(*args_at[s]), want)
                 generic_used += _loaded_generic(g, *args_at[s])
-    assert tg.cache_info()["target"] == "native"
+        # a few elements in the generic structure (threaded form on one
+        # thread, sums in blocks, no unrolled loops, heap buffers), against
+        # the NumPy target (no build of its own)
+        tiny = []
+        for c in cases:
+            sized = (_sized(c, TINY) if c in varying else None) or _sized(c, 4)
+            tiny += [v for op, v in zip(c.operands, sized) if isinstance(op, Rand)]
+        got = auto(*tiny)
+        assert tg.cache_info()["target"] == "native"
+        numpy_target = tg.value_and_grad(f, argnums=argnums, has_aux=True, backend="numpy")
+        _same(got, numpy_target(*tiny), rtol=1e-10)
     # a generic text made for these sizes serves them (none is made where the
     # C is the same at every size, or its structure changes with the size)
     assert (generic_used > 0) == (pipeline.SIZES.made > made)
