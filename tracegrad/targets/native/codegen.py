@@ -626,6 +626,9 @@ def c_source(functions, lowered, g_of, rec, header=(), generic=False):
         k = kern.render_dict(g)
         k["threads"] = thread_count(kern)
         k["parallel"] = k["threads"] > 1 or (generic and not inline)
+        # the generic structure's threaded kernels have a copy of their loops
+        # without OpenMP, for the sizes where one thread runs them
+        k["twin"] = generic
         # a fused sum over one block needs no pairwise counter (whose struct
         # a small kernel in a loop body would clear at every step)
         k["one_block"] = bool(kern.accs) and kern.n <= TG_BLOCK and not k["parallel"]
