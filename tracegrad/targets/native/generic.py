@@ -61,6 +61,9 @@ _COMMENT_NUM = re.compile(r"(?<![A-Za-z_0-9.])[0-9]+(?:\.[0-9]+)?(?:e[+-]?[0-9]+
 # size in steps (codegen.thread_count), so two sizes often agree and a third not
 _ALWAYS = ("TG_THREADS(",)
 
+# the end of the helpers at the top of a C text (native_kernels.c.j2)
+_HELPERS_END = "\n// @tg-helpers-end"
+
 # where tg_enter and tg_leave join the extension's methods (native_kernels.c.j2)
 _METHODS = "static PyMethodDef tg_methods[] = {\n"
 
@@ -75,8 +78,13 @@ class Text:
         nums, comments, holeable = [], [], []
         always = set()      # numbers that are holes even where two sizes agree
         skel = []
-        at = 0
-        for m in _TOKEN.finditer(source):
+        # the helpers before the mark are one piece of code (no size is
+        # written there): cut no numbers out of them (0.4 ms of W3's 1.2)
+        at = source.find(_HELPERS_END) + 1
+        if at > 0:
+            pieces.append(("c", source[:at]))
+            skel.append(source[:at])
+        for m in _TOKEN.finditer(source, at):
             if m.start() > at:
                 code = source[at:m.start()]
                 pieces.append(("c", code))
