@@ -17,6 +17,8 @@ import importlib.util
 import os
 import zlib
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -691,19 +693,29 @@ def test_cuda_expressions_compile_for_float_and_double(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
 
 
-@pytest.mark.parametrize("fn", [lambda x: np.cumprod(x, axis=1), lambda x: np.prod(x, axis=1)],
-                         ids=["cumprod", "prod"])
-def test_product_rules_second_order_with_zeros(fn):
-    # cumprod's and prod's rules branch on where the zeros are (linear
-    # rules, exact with zeros): their own derivatives must be right there too
+@pytest.mark.parametrize("fn", [lambda x: np.cumprod(x, axis=1), lambda x: np.prod(x, axis=1),
+                                lambda x: np.cumprod(x, axis=0), lambda x: np.prod(x),
+                                lambda x: np.prod(x, axis=(0, 1), keepdims=True),
+                                lambda x: np.prod(x.T, axis=0)],
+                         ids=["cumprod", "prod", "cumprod-axis0", "prod-all", "prod-keepdims",
+                              "prod-transposed"])
+@pytest.mark.parametrize("power", [2, 1], ids=["squared", "linear"])
+@pytest.mark.parametrize("backend", ["numpy", "native"])
+def test_product_rules_second_order_with_zeros(fn, power, backend):
+    # cumprod's and prod's rules branch on whether x holds a zero: their own
+    # derivatives must be right there too.  (Linear losses: a rule that set
+    # the zeros to 1 and divided had the right gradient and a wrong Hessian,
+    # which a squared loss hid where the product is 0.)
     x = np.array([[0.7, 0.0, 1.3, -0.4], [0.0, 1.1, 0.0, 0.9], [1.2, -0.8, 0.5, 1.6]])
     w = np.linspace(0.5, 1.5, fn(x).size).reshape(fn(x).shape)
 
     def loss(x):
-        return np.sum(fn(x) ** 2 * w)
+        return np.sum(fn(x) ** power * w)
 
-    h = tg.hessian(loss)(x)
-    grad = tg.grad(loss)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")      # no division by the zeros on the way
+        h = tg.hessian(loss, backend=backend)(x)
+    grad = tg.grad(loss, backend=backend)
     eps = 1e-6
     fd = np.zeros_like(h)
     for idx in np.ndindex(x.shape):

@@ -37,28 +37,61 @@ def _reduce_shape_rule(out_dtype=None):
 # --- prod -----------------------------------------------------------------------------
 
 def _prod_others(x, axes):
-    """For every element, the product of the other elements in its reduced
-    group, exact with zeros: with no zero in the group, prod / x; with one,
-    the product of the nonzero elements at the zero and 0 elsewhere; with
-    two or more, 0.  (Linear in the group's size: one more product and a
-    zero count, as torch does it.)"""
-    zero = equal(x, 0)
-    zeros = sum(astype(zero, np.int64), axis=axes, keepdims=True)
-    nonzero_prod = bind(prod_p, where(zero, 1.0, x), axis=axes, keepdims=True)
-    no_zero = equal(zeros, 0)
-    at_only_zero = where(equal(zeros, 1), zero, False)
-    return where(no_zero, div(nonzero_prod, where(zero, 1.0, x)),
-                 where(at_only_zero, nonzero_prod, 0.0))
+    """For every element, the product of the other elements of its reduced
+    group: the product of those before it times the product of those after
+    it (two running products), exact with zeros and, being products of
+    the elements themselves, with exact derivatives there too (JAX's rule;
+    a formula that sets the zeros to 1 and divides has the right values but
+    the wrong second derivative at a zero).  Linear in the group's size."""
+    nd = len(shape_of(x))
+    red = tuple(range(nd)) if axes is None else tuple(sorted(a % nd for a in (
+        axes if isinstance(axes, tuple) else (axes,))))
+    keep = tuple(a for a in range(nd) if a not in red)
+    shape = tuple(shape_of(x))
+    moved = _ops.transpose(x, keep + red) if keep + red != tuple(range(nd)) else x
+    m = 1
+    for a in red:
+        m *= shape[a]
+    flat = reshape(moved, tuple(shape[a] for a in keep) + (m,))
+    one = _ops.broadcast_to(np.ones((), np.dtype(x.dtype)),
+                            tuple(shape[a] for a in keep) + (1,))
+
+    def before(v):      # the running product of the elements before each one
+        head = _ops.getitem(v, (Ellipsis, slice(None, -1)))
+        return bind(cumprod_p, _ops.concatenate([one, head], axis=-1), axis=len(keep))
+    others = mul(before(flat), _flip1(before(_flip1(flat, -1)), -1))
+    others = reshape(others, tuple(shape_of(moved)))
+    if keep + red == tuple(range(nd)):
+        return others
+    return _ops.transpose(others, tuple(int(i) for i in np.argsort(keep + red)))
+
+
+def _times_prod_others(v, x, out, axis, keepdims):
+    """v times _prod_others(x): where x holds no zero (the common case),
+    v * prod / x (torch's prod backward branches the same way; the division
+    only where it divides by no zero)."""
+    return _ops.cond(
+        _zeros_in(x), lambda v, x, out: mul(v, _prod_others(x, axis)),
+        lambda v, x, out: mul(v, div(expand_reduced(out, tuple(x.shape), axis, keepdims), x)),
+        v, x, out)
+
+
+def _zeros_in(x):
+    """Does x hold a zero?  (A count in x's dtype, so that it is a sum the
+    native target fuses into the pass over x: no cancellation, so never 0
+    with a zero counted.)"""
+    return _ops.greater(sum(astype(equal(x, 0), x.dtype)), 0)
 
 
 prod_p = register(
     "prod", lambda xp, x, axis, keepdims: xp.prod(x, axis=axis, keepdims=keepdims),
     shape=shape_by_eval(lambda xp, x, axis, keepdims: xp.prod(x, axis=axis, keepdims=keepdims)),
     vjp=(lambda g, out, x, axis, keepdims:
-         mul(expand_reduced(g, tuple(x.shape), axis, keepdims), _prod_others(x, axis)),),
+         _times_prod_others(expand_reduced(g, tuple(x.shape), axis, keepdims), x, out, axis,
+                            keepdims),),
     jvp=(lambda t, out, x, axis, keepdims:
-         sum(mul(t, _prod_others(x, axis)), axis=axis, keepdims=keepdims),),
-    numpy="np.prod({0}, axis={axis}, keepdims={keepdims})")
+         sum(_times_prod_others(t, x, out, axis, keepdims), axis=axis, keepdims=keepdims),),
+    numpy="np.prod({0}, axis={axis}, keepdims={keepdims})", save_out=True)
 
 
 # --- amax / amin ------------------------------------------------------------------------
@@ -123,37 +156,59 @@ cumsum_p = register(
     numpy="np.cumsum({0}, axis={axis})", save_inputs=False)
 
 
-def _cumprod_zeros(x, axis):
-    """Along ``axis``, with z the position of the first zero of x (past the
-    end when there is none): ``before`` (i < z), ``first`` (i == z), x with
-    the positions from z on set to 1 (safe to divide by), and
-    c_i = prod_{k <= i, k != z} x_k (x_z taken as 1).
+def _shifted(v, s, axis, later, fill=0):
+    """v moved ``s`` places along ``axis``, ``fill`` coming in: v[i + s]
+    (``later``) or v[i - s] at i."""
+    shape = tuple(shape_of(v))
+    n = shape[axis]
+    pad = _ops.broadcast_to(np.full((), fill, np.dtype(v.dtype)),
+                            shape[:axis] + (_builtins.min(s, n),) + shape[axis + 1:])
+    idx = [slice(None)] * len(shape)
+    idx[axis] = slice(s, None) if later else slice(None, _builtins.max(n - s, 0))
+    part = _ops.getitem(v, tuple(idx))
+    return _ops.concatenate([part, pad] if later else [pad, part], axis=axis)
 
-    d out_i / d x_j is out_i / x_j for j < z (zero when i >= z, as out_i
-    is); for j == z it is c_i (i >= z); for j > z it is 0, since the
-    product keeps the zero x_z.  So both rules are linear in the scanned
-    length and exact with zeros, where dividing out / x everywhere is not."""
-    zero = equal(x, 0)
-    seen = cumsum(astype(zero, np.int64), axis)     # zeros at or before i
-    before = equal(seen, 0)
-    first = equal(where(zero, seen, 0), 1)
-    safe_x = where(before, x, 1.0)
-    c = cumprod(where(first, 1.0, x), axis)
-    return before, first, safe_x, c
+
+def _affine_scan(a, b, axis, later):
+    """r with r[i] = b[i] + a[i] * r[i + 1] (``later``; r[i - 1] otherwise),
+    r = 0 past the ends: log2 n steps of products and sums of a and b (a
+    Hillis-Steele scan, each step composing maps twice as far apart), no
+    division, so exact where a holds zeros, and so are its derivatives."""
+    n, s = shape_of(a)[axis], 1
+    while s < n:
+        b = add(b, mul(a, _shifted(b, s, axis, later)))
+        a = mul(a, _shifted(a, s, axis, later))
+        s *= 2
+    return b
+
+
+def _cumprod_before(x, axis):
+    """The running product of the elements before each one (1 at the start)."""
+    return bind(cumprod_p, _shifted(x, 1, axis, False, fill=1), axis=axis)
 
 
 def _cumprod_vjp(g, out, x, axis):
-    before, first, safe_x, c = _cumprod_zeros(x, axis)
-    later_sum = lambda v: _flip1(cumsum(_flip1(v, axis), axis), axis)  # noqa: E731  sum over i >= j
-    at_zero = where(first, later_sum(mul(g, c)), 0.0)
-    return add(where(before, div(later_sum(mul(g, out)), safe_x), 0.0), at_zero)
+    """d out[i] / d x[j] = prod_{k <= i, k != j} x[k] for j <= i, so the
+    cotangent of x[j] is before[j] * r[j] with r[j] = g[j] + x[j + 1] * r[j + 1].
+    With no zero in x (the common case): sum_{i >= j} g[i] out[i] / x[j], a
+    running sum from the end (after a pass that counts the zeros); with a
+    zero, the recurrence itself (_affine_scan): right where dividing by the
+    zero is not, first derivatives and second alike."""
+    return _ops.cond(
+        _zeros_in(x),
+        lambda g, x, out: mul(_cumprod_before(x, axis),
+                              _affine_scan(_shifted(x, 1, axis, True), g, axis, True)),
+        lambda g, x, out: div(_flip1(cumsum(_flip1(mul(g, out), axis), axis), axis), x),
+        g, x, out)
 
 
 def _cumprod_jvp(t, out, x, axis):
-    before, first, safe_x, c = _cumprod_zeros(x, axis)
-    t_zero = sum(where(first, t, 0.0), axis=(axis,), keepdims=True)   # t at the first zero
-    return where(before, mul(out, cumsum(where(before, div(t, safe_x), 0.0), axis)),
-                 mul(t_zero, c))
+    """The tangent of out[i] = out[i - 1] * x[i]: T[i] = x[i] * T[i - 1] +
+    before[i] * t[i]; with no zero in x, out * cumsum(t / x)."""
+    return _ops.cond(
+        _zeros_in(x),
+        lambda t, x, out: _affine_scan(x, mul(_cumprod_before(x, axis), t), axis, False),
+        lambda t, x, out: mul(out, cumsum(div(t, x), axis)), t, x, out)
 
 
 cumprod_p = register(
@@ -489,7 +544,7 @@ def cumsum(x, axis=None, dtype=None, out=None, *, dim=None):
 @method("cumprod")
 @implements(np.cumprod)
 def cumprod(x, axis=None, dtype=None, out=None, *, dim=None):
-    """Running product; the gradient is exact with zeros (quadratic in the axis length)."""
+    """Running product; the gradient is exact with zeros, its derivatives too."""
     refuse_out("cumprod", out)
     return _scan(cumprod_p, x, axis, dtype, dim)
 
