@@ -215,3 +215,20 @@ def test_gammaln_gradient_is_one_c_function():
     assert "tg_polygamma(v" in src and "= _polygamma(" not in src     # no NumPy helper call
     want = tg.grad(lambda x: np.sum(tsp.gammaln(x) * x), backend="numpy")(x)
     np.testing.assert_allclose(g(x), want, rtol=1e-12, atol=1e-13)
+
+
+@needs_cc
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_bool_cast_to_float_is_a_select(dtype):
+    # C's conversion of a bool kept gcc from vectorizing a count of zeros
+    # (1 ns an element); a select gives the same 1 and 0
+    def count(x):
+        return np.sum((x == 0).astype(x.dtype)) + np.sum(np.where(x > 1, x, 0) * (x < 2))
+    x = np.array([0.0, -0.0, 1.5, np.nan, 3.0, 0.0, 1.0, -np.inf], dtype=dtype)
+    x = np.tile(x, 1000)
+    f = tg.compile(count, backend="native")
+    np.testing.assert_array_equal(f(x), count(x))
+    src = f.lower(x).source
+    one = "1.0f" if dtype == np.float32 else "1.0"
+    zero = "0.0f" if dtype == np.float32 else "0.0"
+    assert f" ? {one} : {zero})" in src

@@ -66,20 +66,25 @@ def _prod_others(x, axes):
     return _ops.transpose(others, tuple(int(i) for i in np.argsort(keep + red)))
 
 
-def _times_prod_others(v, x, out, axis, keepdims):
-    """v times _prod_others(x): where x holds no zero (the common case),
-    v * prod / x (torch's prod backward branches the same way; the division
-    only where it divides by no zero)."""
+def _times_prod_others(v, x, out, axis, keepdims, reduced=False):
+    """v times _prod_others(x) (``reduced``: v of the reduced shape, as the
+    cotangent is, broadcast inside the branches, where the kernels read it
+    in place): where x holds no zero (the common case), v * prod / x
+    (torch's prod backward branches the same way; the division only where
+    it divides by no zero)."""
+    def full(v):
+        return expand_reduced(v, tuple(x.shape), axis, keepdims) if reduced else v
     return _ops.cond(
-        _zeros_in(x), lambda v, x, out: mul(v, _prod_others(x, axis)),
-        lambda v, x, out: mul(v, div(expand_reduced(out, tuple(x.shape), axis, keepdims), x)),
+        _zeros_in(x), lambda v, x, out: mul(full(v), _prod_others(x, axis)),
+        lambda v, x, out: mul(full(v), div(expand_reduced(out, tuple(x.shape), axis, keepdims),
+                                           x)),
         v, x, out)
 
 
 def _zeros_in(x):
-    """Does x hold a zero?  (A count in x's dtype, so that it is a sum the
-    native target fuses into the pass over x: no cancellation, so never 0
-    with a zero counted.)"""
+    """Does x hold a zero?  (A count in x's dtype, a sum the native target
+    fuses into one vector loop over x: no cancellation, so never 0 with a
+    zero counted.)"""
     return _ops.greater(sum(astype(equal(x, 0), x.dtype)), 0)
 
 
@@ -87,8 +92,7 @@ prod_p = register(
     "prod", lambda xp, x, axis, keepdims: xp.prod(x, axis=axis, keepdims=keepdims),
     shape=shape_by_eval(lambda xp, x, axis, keepdims: xp.prod(x, axis=axis, keepdims=keepdims)),
     vjp=(lambda g, out, x, axis, keepdims:
-         _times_prod_others(expand_reduced(g, tuple(x.shape), axis, keepdims), x, out, axis,
-                            keepdims),),
+         _times_prod_others(g, x, out, axis, keepdims, reduced=True),),
     jvp=(lambda t, out, x, axis, keepdims:
          sum(_times_prod_others(t, x, out, axis, keepdims), axis=axis, keepdims=keepdims),),
     numpy="np.prod({0}, axis={axis}, keepdims={keepdims})", save_out=True)
