@@ -1159,3 +1159,32 @@ def test_a_process_without_a_disk_cache_keeps_one_private_folder_and_removes_it(
     folders = [line for line in r.stdout.splitlines() if line.startswith("FOLDERS")][0]
     assert folders.count("tracegrad-native-") == 1, folders      # one per process
     assert os.listdir(tmp) == []                                  # and gone at exit
+
+
+@needs_cc
+@pytest.mark.parametrize("index, in_place", [
+    ((slice(1, -1),), True),                    # x[1:-1] of a vector
+    ((slice(2, 5), slice(None)), True),         # whole rows
+    ((3,), True),                               # one row
+    ((slice(None), slice(1, None)), False),     # columns: not one run
+    ((slice(None, None, -1),), False),          # reversed
+    ((slice(None, None, 2),), False),           # strided
+])
+def test_a_contiguous_slice_is_read_in_place_in_a_whole_function(index, in_place):
+    # a basic getitem that reads one contiguous run of its operand is a
+    # pointer into it (no buffer, no copy); any other is a strided copy
+    x = np.linspace(-1.0, 2.0, 60).reshape(6, 10) if len(index) == 2 or index == (3,) \
+        else np.linspace(-1.0, 2.0, 60)
+    w = np.cos(np.arange(x[index].size)).reshape(x[index].shape)
+
+    def f(x):
+        return np.sum(np.sin(x[index]) * w)
+    vg = tg.value_and_grad(f, backend="native")
+    want = tg.value_and_grad(f, backend="numpy")(x)
+    got = vg(x)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-13)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-13, atol=1e-15)
+    src = vg.lower(x).source
+    assert "tg_whole" in src
+    whole_c = src[src.index("int tg_whole("):src.index("#ifdef TG_PYTHON_ENTRY")]
+    assert ("getitem" not in whole_c) == in_place, whole_c
