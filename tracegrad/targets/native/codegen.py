@@ -768,7 +768,7 @@ def generate_driver(functions, source="", transform="", key="", rec=None, standa
         kernels=module.kernel_handles,
         wholes=[{"handle": f"_{f.cname}", "name": f.cname,
                  "inputs": [(dt, n) for dt, n in f.in_info],
-                 "outputs": [(o["shape"], o["dtype"], o["scalar"]) for o in f.outs]}
+                 "outputs": [(o["shape"], o["dtype"], o["scalar"], o["zeroed"]) for o in f.outs]}
                 for f in lowered if isinstance(f, whole.WholeFunction)],
         functions=[{"name": f.name, "args": f.args, "doc": f.doc, "body": f.body,
                     "returns": f.returns,

@@ -173,6 +173,7 @@ class WholeFunction:
         # outputs: allocated by the entry (fresh each call), written where
         # they are computed
         self.out_param = {}
+        self.zeroed = set()     # output parameters the entry allocates zeroed
         outs = g.graph["outputs"]
         rets = []
         post = []
@@ -197,8 +198,11 @@ class WholeFunction:
             rets.append(f"_r[{len(self.outs)}]")
             self.outs.append({"shape": tuple(int(n) for n in d["shape"]),
                               "dtype": d["dtype"].name, "scalar": scalar, "node": v,
+                              "param": pname,
                               "what": f"%{v} {d['op']} {d['dtype']}{list(d['shape'])}"})
         self._emit(g, names, "    ")
+        for o in self.outs:
+            o["zeroed"] = o["param"] in self.zeroed
         for pname, v in post:
             d = g.nodes[v]
             self.cuts.append(len(self.lines))
@@ -323,7 +327,7 @@ class WholeFunction:
             ct = cstyle.ctype(d["dtype"])
             L.append(f"{ind}// %{v} {op}")
             if op == "zeros_like":
-                L.append(f"{ind}memset({out}, 0, {_size(shape)} * sizeof({ct}));")
+                self._zero(g, v, out, shape, ct, ind, top)
             elif op in _COPIES:
                 ishape = tuple(g.nodes[ops[0]]["shape"])
                 a = np.arange(_size(ishape), dtype=np.int64).reshape(ishape)
@@ -342,12 +346,21 @@ class WholeFunction:
                 view = a[build_index(d["attrs"]["index"], ())]
                 gshape = tuple(g.nodes[ops[0]]["shape"])
                 off, st = _strides(view, gshape)
-                L.append(f"{ind}memset({out}, 0, {_size(shape)} * sizeof({ct}));")
+                self._zero(g, v, out, shape, ct, ind, top)
                 self._strided(ind, gshape, off, st, f"{out}[{{}}]", f"{src}[_o++]", dst_idx=True)
             elif op == "sum":
                 self._sum(g, v, ops[0], src, out, ind)
             else:
                 raise AssertionError(f"whole C: no form for %{v} {op}")
+
+    def _zero(self, g, v, out, shape, ct, ind, top):
+        """Zeros in ``out``: an output array the entry allocates zeroed
+        (calloc: the system's zero pages, no pass over them), else a memset."""
+        if top and shape != () and self.out_param.get(v) == out:
+            self.zeroed.add(out)
+            self.lines.append(f"{ind}// ({out} is allocated zeroed by the entry)")
+        else:
+            self.lines.append(f"{ind}memset({out}, 0, {_size(shape)} * sizeof({ct}));")
 
     @staticmethod
     def _contiguous_part(g, v, u, src):
