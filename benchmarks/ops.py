@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
+import re
 import sys
 import time
 import warnings
@@ -557,7 +558,8 @@ def main(argv=None):
     if a.quick:
         a.sizes, a.repeat, a.budget = "1e3,1e5", 3, 0.005
     sizes = [int(float(s)) for s in a.sizes.split(",") if s]
-    want = {s.strip() for s in a.ops.split(",") if s.strip()}
+    # commas inside a row's name (pow(x,2.5)) do not separate rows
+    want = {s.strip() for s in re.split(r",(?![^()]*\))", a.ops) if s.strip()}
     specs = [s for s in SPECS if not want or s.name in want or s.op in want]
     if a.list:
         for s in SPECS:
