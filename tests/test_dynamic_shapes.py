@@ -447,3 +447,24 @@ def test_per_size_entries_load_from_disk_without_a_build():
             _same(tg.value_and_grad(chain, argnums=(0, 1), backend="native",
                                     dynamic=True)(*xy), first[n], rtol=0)
     assert tg.cache_info()["disk_hits"] >= 2
+
+
+@needs_cc
+@needs_entry
+def test_a_new_size_after_sizes_loaded_from_disk_does_not_invoke_the_compiler():
+    # a new process finds the first two sizes' entries on disk, so it made
+    # no template of its own: the new size's C is compared with the first
+    # call's sizes (traced once more), which gives the template built before
+    rng = np.random.default_rng(6)
+    data = [(rng.standard_normal(n), rng.standard_normal(n)) for n in (600, 700, 500, 900)]
+    vg = tg.value_and_grad(chain, argnums=(0, 1), backend="native")
+    want = [vg(*xy) for xy in data[:2]]
+    tg.clear_cache(disk=False)          # this process forgets; the disk keeps the entries
+    vg = tg.value_and_grad(chain, argnums=(0, 1), backend="native")
+    with _NoCompiler():
+        for xy, w in zip(data, want):
+            _same(vg(*xy), w, rtol=0)
+        got = [vg(*xy) for xy in data[2:]]
+    for xy, g in zip(data[2:], got):
+        assert _loaded_generic(vg, *xy)
+        _same(g, tg.value_and_grad(chain, argnums=(0, 1), backend="numpy")(*xy), rtol=1e-12 * 100)

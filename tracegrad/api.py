@@ -736,25 +736,23 @@ class Compiled:
         whose C texts tell which numbers vary: with dynamic=True, every
         dimension of 2 or more one larger, and doubled (sizes 0 and 1 stay,
         as torch's dynamic shapes specialise them); with dynamic=None, the
-        first call's sizes where only they differ (empty once a template
-        may exist: its second other size)."""
+        first call's sizes (the code generator traces there only where no C
+        text made before serves: the second size, or a new size in a process
+        that loaded the others from the disk cache)."""
         sig = (kind, tuple((a.dtype, len(a.shape)) for a in avals))
         shapes = tuple(a.shape for a in avals)
-        first = self._tables.first_sizes.setdefault(sig, [shapes])   # at most two
+        first = self._tables.first_sizes.setdefault(sig, shapes)
         if self.dynamic:
             return [[Aval(tuple(grow(d) if d >= 2 else d for d in a.shape), a.dtype)
                      if a.dtype != object else a for a in avals]
                     for grow in (lambda d: d + 1, lambda d: d * 2)]
-        if shapes == first[0]:
+        if shapes == first:
             return None
-        if len(first) == 2:
-            return []
-        first.append(shapes)
         # a dimension 0 or 1 at the first call is specialised there (a
         # broadcast): the probe takes this call's size one larger instead
         return [[Aval(tuple(d0 if d0 >= 2 and d >= 2 else d + 1 if d != d0 and d >= 2 else d
                             for d0, d in zip(s0, a.shape)), a.dtype)
-                 if a.dtype != object else a for s0, a in zip(first[0], avals)]]
+                 if a.dtype != object else a for s0, a in zip(first, avals)]]
 
     def _probe(self, kind, probes, ranges, kw_tree, statics, nargs, faces, capture, backend,
                wrt, names):
@@ -1218,8 +1216,9 @@ def _transform_graph(kind, trace, wrt):
 
 def _compile(kind, trace, wrt, names, compiled, parts, khash, probe=None, generic=False):
     """Trace -> transformed graph -> source (NumPy, or the CUDA target's);
-    ``probe``: a function giving the same transform at other sizes, and
-    ``generic``: the generic structure (native, docs/native.md)."""
+    ``probe``: a function giving the same transform at other sizes (called
+    only where no C text made before serves), and ``generic``: the generic
+    structure (native, docs/native.md)."""
     from tracegrad.runtime import pipeline
     g = _transform_graph(kind, trace, wrt)
     fn = compiled.fn
@@ -1240,8 +1239,7 @@ def _compile(kind, trace, wrt, names, compiled, parts, khash, probe=None, generi
     dynamic = getattr(compiled, "dynamic", None)
     source = pipeline.generate([(g, _FN_NAME[kind], names, doc)], parts.get("backend", "numpy"),
                                source=src, transform=parts["transform"], key=khash,
-                               dynamic=dynamic, probe=probe() if probe is not None else None,
-                               generic=generic)
+                               dynamic=dynamic, probe=probe, generic=generic)
     return g, source
 
 

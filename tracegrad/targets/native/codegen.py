@@ -737,7 +737,8 @@ def generate_driver(functions, source="", transform="", key="", rec=None, standa
     once a skeleton was seen with other numbers), True (generic at once,
     against ``probe``: the same functions traced at other sizes), False
     (never generic).  ``probe``: lists of functions like ``functions`` at
-    other sizes, whose C texts tell at once which numbers vary.
+    other sizes (or a function giving them, called only where no text made
+    before serves), whose C texts tell at once which numbers vary.
     ``generic``: the generic structure, no choice made from a size (the
     caller's, from the second size of a function on).  A generic module's C
     reads its sizes at run time and is built once for every size it serves
@@ -750,11 +751,13 @@ def generate_driver(functions, source="", transform="", key="", rec=None, standa
     values = None
     if sizes is not None and not standalone and dynamic is not False and \
             rec.get("entry") == "python" and builder.loader()["_numpy_include"]() is not None:
-        probes = []
-        for fns in probe or []:
-            _, p_lowered, p_g_of = _lower(fns, generic)
-            probes.append(c_source(fns, p_lowered, p_g_of, rec, generic=generic))
-        csrc, values = sizes.resolve(csrc, bool(probes), probes)
+        def probes():       # the probes' C texts, only where no earlier text serves
+            texts = []
+            for fns in (probe() if callable(probe) else probe) or []:
+                _, p_lowered, p_g_of = _lower(fns, generic)
+                texts.append(c_source(fns, p_lowered, p_g_of, rec, generic=generic))
+            return texts
+        csrc, values = sizes.resolve(csrc, probe is not None, probes)
     return templates.environment().get_template("native_driver.py.j2").render(
         version=__version__, source=source, transform=transform, key=key,
         c_source=cstyle.py_string(csrc),

@@ -416,7 +416,8 @@ class Registry:
         """(C text, hole values): a template's text and the values that give
         ``source`` (a template made before, or made now from ``source`` and
         an earlier text of its skeleton, or with ``dynamic`` one of the
-        ``probes``: texts of the same functions at other sizes), or
+        ``probes``: texts of the same functions at other sizes, or a
+        function giving them, called only where no earlier text serves), or
         (``source``, None) where the C stays specialised."""
         if not usable(source):
             return source, None
@@ -431,8 +432,25 @@ class Registry:
                 return tp.source, v
         # a template that does not match is widened against its own text
         earlier = [tp.ref for tp in tps] + list(self.seen.get(t.skeleton, ()))
-        if dynamic:
-            earlier += [Text(p) for p in reversed(probes or ()) if usable(p)]
+        made = self._make(t, tps, earlier)
+        if made is None and dynamic and probes:
+            texts = probes() if callable(probes) else probes
+            made = self._make(t, tps, [Text(p) for p in reversed(texts or ()) if usable(p)])
+        if made is not None:
+            return made
+        if len(self.seen) >= self.SKELETONS and t.skeleton not in self.seen:
+            oldest = next(iter(self.seen))
+            del self.seen[oldest]
+            self.templates.pop(oldest, None)
+        seen = self.seen.setdefault(t.skeleton, [])
+        t.pieces = None     # a text seen is compared by its numbers and comments only
+        seen.append(t)
+        del seen[:-self.SEEN]
+        return source, None
+
+    def _make(self, t, tps, earlier):
+        """(template text, values) of a template made from ``t`` and the
+        latest of ``earlier`` with its skeleton and other numbers, or None."""
         for e in reversed(earlier):
             if e.skeleton != t.skeleton or e.nums == t.nums:
                 continue
@@ -453,12 +471,4 @@ class Registry:
             del tps[:-self.TEMPLATES]
             self.made += 1
             return tp.source, v
-        if len(self.seen) >= self.SKELETONS and t.skeleton not in self.seen:
-            oldest = next(iter(self.seen))
-            del self.seen[oldest]
-            self.templates.pop(oldest, None)
-        seen = self.seen.setdefault(t.skeleton, [])
-        t.pieces = None     # a text seen is compared by its numbers and comments only
-        seen.append(t)
-        del seen[:-self.SEEN]
-        return source, None
+        return None
