@@ -44,26 +44,18 @@ def _prod_others(x, axes):
     a formula that sets the zeros to 1 and divides has the right values but
     the wrong second derivative at a zero).  Linear in the group's size."""
     nd = len(shape_of(x))
-    red = tuple(range(nd)) if axes is None else tuple(sorted(a % nd for a in (
-        axes if isinstance(axes, tuple) else (axes,))))
+    red = norm_axes(axes, nd)
     keep = tuple(a for a in range(nd) if a not in red)
-    shape = tuple(shape_of(x))
-    moved = _ops.transpose(x, keep + red) if keep + red != tuple(range(nd)) else x
-    m = 1
-    for a in red:
-        m *= shape[a]
-    flat = reshape(moved, tuple(shape[a] for a in keep) + (m,))
-    one = _ops.broadcast_to(np.ones((), np.dtype(x.dtype)),
-                            tuple(shape[a] for a in keep) + (1,))
-
-    def before(v):      # the running product of the elements before each one
-        head = _ops.getitem(v, (Ellipsis, slice(None, -1)))
-        return bind(cumprod_p, _ops.concatenate([one, head], axis=-1), axis=len(keep))
-    others = mul(before(flat), _flip1(before(_flip1(flat, -1)), -1))
+    order = keep + red
+    moved = _ops.transpose(x, order) if order != tuple(range(nd)) else x
+    last = len(keep)        # the reduced axes as one, the last
+    flat = reshape(moved, tuple(shape_of(moved))[:last] + (_count(x, red),))
+    others = mul(_cumprod_before(flat, last),
+                 _flip1(_cumprod_before(_flip1(flat, last), last), last))
     others = reshape(others, tuple(shape_of(moved)))
-    if keep + red == tuple(range(nd)):
+    if order == tuple(range(nd)):
         return others
-    return _ops.transpose(others, tuple(int(i) for i in np.argsort(keep + red)))
+    return _ops.transpose(others, tuple(int(i) for i in np.argsort(order)))
 
 
 def _times_prod_others(v, x, out, axis, keepdims, reduced=False):

@@ -736,9 +736,9 @@ def generate_driver(functions, source="", transform="", key="", rec=None, standa
     (None: the C is specialised to these sizes); ``dynamic``: None (generic
     once a skeleton was seen with other numbers), True (generic at once,
     against ``probe``: the same functions traced at other sizes), False
-    (never generic).  ``probe``: lists of functions like ``functions`` at
-    other sizes (or a function giving them, called only where no text made
-    before serves), whose C texts tell at once which numbers vary.
+    (never generic).  ``probe``: a function giving lists of functions like
+    ``functions`` at other sizes (called only where no text made before
+    serves), whose C texts tell at once which numbers vary.
     ``generic``: the generic structure, no choice made from a size (the
     caller's, from the second size of a function on).  A generic module's C
     reads its sizes at run time and is built once for every size it serves
@@ -753,11 +753,11 @@ def generate_driver(functions, source="", transform="", key="", rec=None, standa
             rec.get("entry") == "python" and builder.loader()["_numpy_include"]() is not None:
         def probes():       # the probes' C texts, only where no earlier text serves
             texts = []
-            for fns in (probe() if callable(probe) else probe) or []:
+            for fns in probe():
                 _, p_lowered, p_g_of = _lower(fns, generic)
                 texts.append(c_source(fns, p_lowered, p_g_of, rec, generic=generic))
             return texts
-        csrc, values = sizes.resolve(csrc, probe is not None, probes)
+        csrc, values = sizes.resolve(csrc, None if probe is None else probes)
     return templates.environment().get_template("native_driver.py.j2").render(
         version=__version__, source=source, transform=transform, key=key,
         c_source=cstyle.py_string(csrc),

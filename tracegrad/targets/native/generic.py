@@ -412,13 +412,13 @@ class Registry:
                     return True
         return False
 
-    def resolve(self, source, dynamic=False, probes=()):
+    def resolve(self, source, probes=None):
         """(C text, hole values): a template's text and the values that give
         ``source`` (a template made before, or made now from ``source`` and
-        an earlier text of its skeleton, or with ``dynamic`` one of the
-        ``probes``: texts of the same functions at other sizes, or a
-        function giving them, called only where no earlier text serves), or
-        (``source``, None) where the C stays specialised."""
+        an earlier text of its skeleton, or one of the texts ``probes()``
+        gives: the same functions at other sizes, asked for only where no
+        earlier text serves), or (``source``, None) where the C stays
+        specialised."""
         if not usable(source):
             return source, None
         t = Text(source)
@@ -433,9 +433,8 @@ class Registry:
         # a template that does not match is widened against its own text
         earlier = [tp.ref for tp in tps] + list(self.seen.get(t.skeleton, ()))
         made = self._make(t, tps, earlier)
-        if made is None and dynamic and probes:
-            texts = probes() if callable(probes) else probes
-            made = self._make(t, tps, [Text(p) for p in reversed(texts or ()) if usable(p)])
+        if made is None and probes is not None:
+            made = self._make(t, tps, [Text(p) for p in reversed(probes()) if usable(p)])
         if made is not None:
             return made
         if len(self.seen) >= self.SKELETONS and t.skeleton not in self.seen:

@@ -112,6 +112,14 @@ def _strides(view, nshape):
     return off, [s // item for s in view.strides]
 
 
+def _index_view(d, shape):
+    """Node d's basic index applied to an arange of ``shape``: which
+    elements of an array of that shape it selects, in order."""
+    from tracegrad.ops.indexing import build_index
+    return np.arange(_size(shape), dtype=np.int64).reshape(shape)[
+        build_index(d["attrs"]["index"], ())]
+
+
 WHOLE = cstyle.Target(
     "native C",
     acc_store="{param}[0] = {acc};",
@@ -327,7 +335,7 @@ class WholeFunction:
             ct = cstyle.ctype(d["dtype"])
             L.append(f"{ind}// %{v} {op}")
             if op == "zeros_like":
-                self._zero(g, v, out, shape, ct, ind, top)
+                self._zero(v, out, shape, ct, ind, top)
             elif op in _COPIES:
                 ishape = tuple(g.nodes[ops[0]]["shape"])
                 a = np.arange(_size(ishape), dtype=np.int64).reshape(ishape)
@@ -336,24 +344,20 @@ class WholeFunction:
                 elif op == "transpose":
                     view = a.transpose(d["attrs"]["axes"])
                 else:
-                    from tracegrad.ops.indexing import build_index
-                    view = a[build_index(d["attrs"]["index"], ())]
+                    view = _index_view(d, ishape)
                 off, st = _strides(view, shape)
                 self._strided(ind, shape, off, st, f"{out}[_o++]", f"{src}[{{}}]")
             elif op == "index_add":
-                a = np.arange(_size(shape), dtype=np.int64).reshape(shape)
-                from tracegrad.ops.indexing import build_index
-                view = a[build_index(d["attrs"]["index"], ())]
                 gshape = tuple(g.nodes[ops[0]]["shape"])
-                off, st = _strides(view, gshape)
-                self._zero(g, v, out, shape, ct, ind, top)
+                off, st = _strides(_index_view(d, shape), gshape)
+                self._zero(v, out, shape, ct, ind, top)
                 self._strided(ind, gshape, off, st, f"{out}[{{}}]", f"{src}[_o++]", dst_idx=True)
             elif op == "sum":
                 self._sum(g, v, ops[0], src, out, ind)
             else:
                 raise AssertionError(f"whole C: no form for %{v} {op}")
 
-    def _zero(self, g, v, out, shape, ct, ind, top):
+    def _zero(self, v, out, shape, ct, ind, top):
         """Zeros in ``out``: an output array the entry allocates zeroed
         (calloc: the system's zero pages, no pass over them), else a memset."""
         if top and shape != () and self.out_param.get(v) == out:
@@ -370,13 +374,10 @@ class WholeFunction:
         pages made ``x[1:-1]``'s gradient at 1e6 elements 5x the NumPy
         target's).  None otherwise.  At the top level only, where nothing
         writes into u after it is computed."""
-        from tracegrad.ops.indexing import build_index
         shape = tuple(g.nodes[v]["shape"])
-        ishape = tuple(g.nodes[u]["shape"])
         if _size(shape) == 0:
             return None
-        a = np.arange(_size(ishape), dtype=np.int64).reshape(ishape)
-        view = a[build_index(g.nodes[v]["attrs"]["index"], ())]
+        view = _index_view(g.nodes[v], tuple(g.nodes[u]["shape"]))
         if tuple(view.shape) != shape or not view.flags.c_contiguous:
             return None
         off = int(view.flat[0])
