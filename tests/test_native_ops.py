@@ -232,3 +232,43 @@ def test_a_bool_cast_to_float_is_a_select(dtype):
     one = "1.0f" if dtype == np.float32 else "1.0"
     zero = "0.0f" if dtype == np.float32 else "0.0"
     assert f" ? {one} : {zero})" in src
+
+
+@needs_cc
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("e", [3, 4, 3.0, 0.5, 1.5, 2.5, 3.5, -0.5])
+def test_literal_powers_are_products_and_sqrt(e, dtype):
+    # x ** e for these literal exponents is products and sqrt in C (libmvec's
+    # pow is slower than NumPy's, and glibc's takes a slow path for a
+    # negative base): pow's values (NumPy's) at +-0, +-inf, NaN and
+    # negatives, signs of zeros included; within 2 ulp of NumPy's elsewhere,
+    # the gradient (another literal power) within 4
+    x = np.concatenate([SPECIAL, [-1e-78, 1e-78, 1e-310, 1e300, 1e-130, 1e120, 3.7, 0.123]])
+    with np.errstate(over="ignore", under="ignore"):
+        x = x.astype(dtype)
+    f = tg.compile(lambda x: x ** e, backend="native")
+    assert "pow(" not in f.lower(x).source.split("// @tg-helpers-end")[-1]
+    got, want = _both(lambda x: x ** e, x)
+    special = ~np.isfinite(want) | (want == 0) | ~np.isfinite(x) | (x == 0)
+    _same_bits(got[special], want[special])
+    tiny = np.finfo(dtype).tiny
+    rng = np.random.default_rng(7)
+    y = np.concatenate([rng.uniform(0, 10, 2000), rng.uniform(-10, 10, 2000) if e in (3, 4, 3.0)
+                        else rng.uniform(1e-3, 1, 2000)]).astype(dtype)
+    G = rng.standard_normal(y.size).astype(dtype)
+    # the gradient's products round once more
+    for (got, want), ulps in ((_both(lambda y: y ** e, y), 2),
+                              (_both(tg.grad(lambda y: np.sum(y ** e * G)), y), 4)):
+        scale = np.spacing(np.maximum(np.abs(want), tiny).astype(dtype)).astype(np.float64)
+        assert got.dtype == want.dtype
+        assert np.max(np.abs(got.astype(np.float64) - want) / scale) <= ulps
+
+
+@needs_cc
+@pytest.mark.parametrize("dtype", [np.int64, np.int32])
+def test_integer_literal_powers_wrap_as_numpys(dtype):
+    x = np.array([-3, 0, 7, 2 ** 20, -2 ** 17, 12345, np.iinfo(dtype).max], dtype=dtype)
+    for e in (3, 4):
+        got, want = _both(lambda x: x ** e, x)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)

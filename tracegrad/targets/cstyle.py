@@ -118,8 +118,8 @@ class Target:
     library: the array library of the driver's other calls, named in its
     comments; expression: a function mapping (op name, the registry's
     expression template, per operand its value where it is a compile-time
-    literal, else None) to the template this target prints (default: the
-    registry's), for the ops whose registry expression is slow or not
+    literal, else None, the compute dtype) to the template this target
+    prints (default: the registry's), for the ops whose registry expression is slow or not
     NumPy's on this target."""
 
     def __init__(self, name, acc_store, pass_array, library, math=None, expression=None):
@@ -128,7 +128,7 @@ class Target:
         self.acc_store = acc_store
         self.pass_array = pass_array
         self.math = math or (lambda expr, dtype: expr)
-        self.expression = expression or (lambda op, template, literal: template)
+        self.expression = expression or (lambda op, template, literal, compute: template)
 
 
 class Kernel:
@@ -287,7 +287,7 @@ class Kernel:
                     text = f"(({ctype(compute)}){text})"
                 texts.append(text)
             # only the attributes the expression prints (astype's dtype is not)
-            template = self.target.expression(d["op"], prim.cuda, tuple(literal))
+            template = self.target.expression(d["op"], prim.cuda, tuple(literal), compute)
             attrs = {key: _attr_literal(val) for key, val in d["attrs"].items()
                      if "{" + key in template}
             expr = self.target.math(template.format(*texts, **attrs), compute)

@@ -84,12 +84,52 @@ _CLIP_ARRAY_BOUNDS = ("((isnan({t}) || {t} < ({2})) ? {t} : ({2}))"
                       .replace("{t}", _CLIP_ARRAY_BOUNDS_MAX))
 
 
-def _c_expression(op, template, literal):
+def _literal_power(e, compute):
+    """x ** e for a literal e of 3, 4, 0.5, 1.5, 2.5, 3.5 or -0.5 with
+    products and sqrt, or None.  libmvec's vector pow is 1.2-1.35x slower
+    than NumPy's (ops.py, pow(x,2.5), forward and gradient).  A float's
+    products are in double (float32 rounds once, at the end); sqrt is
+    correctly rounded and each product adds half an ulp, so a double
+    x ** 3.5 is within about 2 ulp of NumPy's pow.  The non-positive x take pow's values (NumPy's): +-0 -> +0
+    (e > 0) or +inf (e < 0), -inf -> +inf or +0, other negatives and NaN ->
+    sqrt's NaN (pow's too); e = 0.5 is sqrt, as NumPy computes it
+    (sqrt(-0) = -0, sqrt(-inf) = NaN).  ``__builtin_sqrt`` stays double
+    where the float32 spelling pass renames ``sqrt``."""
+    if isinstance(e, bool) or not isinstance(e, (int, float, np.integer, np.floating)):
+        return None
+    x = "((double)({0}))"
+    if e in (3, 4):
+        # JAX's integer_pow: products (pow(x, 3.0) of a negative x takes
+        # glibc's slow path, 50 ns an element); an integer's in its own type
+        # (it wraps as NumPy's integer power does)
+        return " * ".join([x if np.dtype(compute).kind == "f" else "({0})"] * int(e))
+    if np.dtype(compute).kind != "f":
+        return None
+    e = float(e)
+    if e == 0.5:
+        return "sqrt({0})"
+    if e == -0.5:
+        positive, zero, minus_inf = f"1 / __builtin_sqrt({x})", "INFINITY", "0"
+    elif e in (1.5, 2.5, 3.5):
+        positive = " * ".join([x] * int(e - 0.5) + [f"__builtin_sqrt({x})"])
+        zero, minus_inf = "0", "INFINITY"
+    else:
+        return None
+    return (f"({x} > 0 ? {positive} : ({x} == 0 ? {zero} : "
+            f"({x} == -INFINITY ? {minus_inf} : __builtin_sqrt({x}))))")
+
+
+def _c_expression(op, template, literal, compute):
     """The C template of op (the registry's, except where C needs another);
-    ``literal``: per operand its value where it is a C literal, else None."""
+    ``literal``: per operand its value where it is a C literal, else None;
+    ``compute``: the dtype the expression computes in."""
     if op == "clip":
         scalar = all(v is not None for v in literal[1:])
         return _CLIP_SCALAR_BOUNDS if scalar else _CLIP_ARRAY_BOUNDS
+    if op == "pow":
+        product = _literal_power(literal[1], compute)
+        if product is not None:
+            return product
     if op == "ldexp":
         # ldexp(x, e) with e a literal is x times the exact power 2**e: one
         # correctly rounded product, which is ldexp's result, where 2**e is a
