@@ -32,7 +32,11 @@ static inline double tg_fmin(double a, double b) { return (a < b || isnan(b)) ? 
 static inline float tg_fminf(float a, float b) { return (a < b || isnan(b)) ? a : b; }
 
 #define TG_POLY_QUAL static inline
+#define TG_UNROLL_10 _Pragma("GCC unroll 10")
 {% include "tg_polygamma.h" %}
+// a literal n == 0 (digamma, gammaln's gradient) folds to the loop-free
+// tg_digamma here, so a vector loop inlines it
+#define tg_polygamma(x, n) ((n) == 0 ? tg_digamma(x) : tg_polygamma(x, n))
 
 // Floor division and remainder as NumPy computes them (Python's // and %);
 // integer division by zero gives 0, as in NumPy (which also warns).
