@@ -1378,8 +1378,15 @@ def _trace_once(fn, run, leaves_avals, rebuild_args, names, backend, faces, func
                 raise
             out = call(*args, **kwargs)        # (which restores the functions when it ends)
         out_leaves, out_tree = tree_flatten(out)
+        arguments = {t.id: t for t in tracers}
         for o in out_leaves:
             if isinstance(o, Tracer):
+                if o.id in arguments and o is not arguments[o.id]:
+                    # NumPy's copy of an argument (np.array(x), x.astype of
+                    # its dtype): the same node, but a fresh array, which the
+                    # compiled function returns too (passes.fresh_outputs)
+                    from tracegrad.ops.base import clone
+                    o = clone(o)
                 trace.outputs.append(o.id)
             elif hasattr(o, "grad_fn"):
                 trace.outputs.append(trace.const(o._data))

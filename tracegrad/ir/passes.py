@@ -555,6 +555,57 @@ def common_subexpression_elimination(g):
     return changed
 
 
+# Ops whose NumPy result may be a view of their first operand, or that
+# operand itself (np.real of a real array).
+_VIEW_OPS = frozenset({"reshape", "transpose", "broadcast_to", "getitem", "flip", "real",
+                       "imag", "dynamic_slice", "astype"})
+
+
+def alias_root(g, v):
+    """The input or constant array whose memory the value of node v may
+    share (through ops that can return views): ("input", node) or ("const",
+    id of the array), else None."""
+    while True:
+        d = g.nodes[v]
+        if d["op"] == "input":
+            return ("input", v)
+        if d["op"] == "const":
+            return ("const", id(d["value"])) if isinstance(d["value"], np.ndarray) else None
+        if d["op"] not in _VIEW_OPS:
+            return None
+        v = ir.operands(g, v)[0]
+
+
+def fresh_outputs(g, returned=None):
+    """``g`` with a ``clone`` before every output that may share memory with
+    an input or a constant array, except where the user's function itself
+    returned that input or a view of it (``returned``: per output position,
+    ``alias_root`` of the traced output, before the passes; None for a
+    transform's graph, whose outputs are all fresh).  A constant is the
+    module's one array: each call gets its own copy (NumPy's ``np.zeros(3)``
+    in the function is a new array each call).  A gradient that is
+    ``y`` itself (d/dx of sum(x * y)) or a value that a pass made an input
+    (``x * 1.0``) is otherwise the caller's array: writing into the result
+    (``g *= lr``) would change the caller's data, where NumPy and eager
+    mode give a new array.  ``g`` itself is left as it was (a copy gets the
+    clones)."""
+    outs = list(g.graph["outputs"])
+    todo = []
+    for p, v in enumerate(outs):
+        root = alias_root(g, v)
+        if root is not None and (returned is None or p >= len(returned) or returned[p] != root
+                                 or root[0] == "const"):
+            todo.append(p)
+    if not todo:
+        return g
+    g = g.copy()
+    for p in todo:
+        d = g.nodes[outs[p]]
+        outs[p] = add_node(g, "clone", [outs[p]], {}, d["shape"], d["dtype"], d.get("loc"))
+    g.graph["outputs"] = outs
+    return g
+
+
 def optimize(g, validate=False, exact=False):
     """Run the passes until nothing changes.  exact: only rewrites that keep
     every floating-point result as it was (folding evaluates the same

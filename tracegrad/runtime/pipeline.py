@@ -49,8 +49,12 @@ def graph_of(trace, exact=False):
     every floating-point result bit for bit)."""
     from tracegrad.ir import graph as ir, passes
     g = ir.from_trace(trace)
+    # what the function returned as is (an input, a captured array, a view
+    # of one): its outputs may alias those, and only those (passes.fresh_outputs)
+    returned = [passes.alias_root(g, v) for v in g.graph["outputs"]]
     with captured.suspended():   # graphs are replayed here, not user code
         passes.optimize(g, exact=exact)
+    g.graph["returned_aliases"] = returned
     return g
 
 
@@ -64,10 +68,11 @@ def transform(g, kind, wrt):
     joint: the input cotangents only; jvp: outputs and their tangents, one
     tangent input per input; vhp / hvp: v^T H and H v of a scalar output."""
     wrt = list(wrt)
+    from tracegrad.ir import passes
     if kind == "forward":
-        return g
+        return passes.fresh_outputs(g, g.graph.get("returned_aliases"))
     with captured.suspended():   # graphs are replayed here, not user code
-        return _transform(g, kind, wrt)
+        return passes.fresh_outputs(_transform(g, kind, wrt))
 
 
 def _transform(g, kind, wrt):
