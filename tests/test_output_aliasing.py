@@ -97,3 +97,15 @@ def test_a_captured_array_returned_as_written_is_that_array(backend):
     c = np.arange(3.0)
     r, _ = tg.compile(lambda x: (c, x * 2.0), backend=backend)(np.ones(3))
     assert r is c
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_two_results_of_one_node_are_two_arrays(backend):
+    # (x * 2, x * 2) is one node after hash-consing, two arrays in NumPy
+    x = np.ones(3)
+    a, b = tg.compile(lambda x: (x * 2.0, x * 2.0), backend=backend)(x)
+    assert not np.shares_memory(a, b)
+    a *= 0.0
+    np.testing.assert_array_equal(b, np.full(3, 2.0))
+    p, q = tg.compile(lambda x: (x, x), backend=backend)(x)
+    assert p is x and q is x
