@@ -109,3 +109,23 @@ def test_two_results_of_one_node_are_two_arrays(backend):
     np.testing.assert_array_equal(b, np.full(3, 2.0))
     p, q = tg.compile(lambda x: (x, x), backend=backend)(x)
     assert p is x and q is x
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_broadcast_gradient_is_a_writable_array(backend):
+    # the gradient of a sum is a broadcast: a writable array, as eager
+    # mode's and the native target's are (the NumPy target returned
+    # NumPy's read-only broadcast view)
+    x = np.ones((4, 3))
+    w = np.arange(4.0)
+    for f in (tg.grad(lambda x: np.sum(x), backend=backend),
+              tg.grad(lambda x: np.sum(np.sum(x, axis=1) * w), backend=backend),
+              tg.grad(lambda x: np.sum(np.sum(x, axis=1) ** 2), backend=backend)):
+        d = f(x)
+        assert d.flags.writeable and d.flags.c_contiguous
+        want = f(x).copy()
+        d *= 2.0
+        np.testing.assert_array_equal(f(x), want)
+    # a broadcast the function returns as written stays NumPy's view
+    r = tg.compile(lambda x: np.broadcast_to(x[:, :1], (4, 3)), backend=backend)(x)
+    np.testing.assert_array_equal(r, np.ones((4, 3)))

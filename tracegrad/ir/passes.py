@@ -588,15 +588,18 @@ def fresh_outputs(g, returned=None):
     (``x * 1.0``) is otherwise the caller's array: writing into the result
     (``g *= lr``) would change the caller's data, where NumPy and eager
     mode give a new array.  An output that is the node of an earlier one
-    (``(x * 2, x * 2)``, one node after hash-consing) is a second array too.  ``g`` itself is left as it was (a copy gets the
-    clones)."""
+    (``(x * 2, x * 2)``, one node after hash-consing) is a second array too,
+    and a broadcast (the gradient of a sum) a writable array: NumPy's
+    read-only view only where the function returned one as written.  ``g``
+    itself is left as it was (a copy gets the clones)."""
     outs = list(g.graph["outputs"])
     todo, seen = [], set()
     for p, v in enumerate(outs):
         root = alias_root(g, v)
         as_written = root is not None and root[0] == "input" and returned is not None \
             and p < len(returned) and returned[p] == root
-        if (root is not None or v in seen) and not as_written:
+        if (root is not None or v in seen or g.nodes[v]["op"] == "broadcast_to") \
+                and not as_written:
             todo.append(p)
         seen.add(v)
     if not todo:
