@@ -31,6 +31,8 @@ static inline float tg_fmaxf(float a, float b) { return (a > b || isnan(b)) ? a 
 static inline double tg_fmin(double a, double b) { return (a < b || isnan(b)) ? a : b; }
 static inline float tg_fminf(float a, float b) { return (a < b || isnan(b)) ? a : b; }
 
+{% include "tg_integer.h" %}
+
 #define TG_POLY_QUAL static inline
 #define TG_UNROLL_10 _Pragma("GCC unroll 10")
 {% include "tg_polygamma.h" %}

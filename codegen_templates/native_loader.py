@@ -42,8 +42,10 @@ _MVEC_NEW = ("tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "ac
              "exp2", "expm1", "log1p", "log2", "log10", "erf")
 _V3_FLAGS = ("avx", "avx2", "fma", "bmi1", "bmi2", "movbe", "f16c", "abm", "xsave")
 _V4_FLAGS = _V3_FLAGS + ("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl")
+# -fwrapv: signed integers wrap, as NumPy's do (without it gcc took
+# np.abs(x) >= 0 as true at INT_MIN and (x * 2) // 2 as x for int64)
 _BASE_FLAGS = ("-O2", "-std=gnu11", "-fPIC", "-shared", "-fopenmp-simd", "-fno-builtin-sin",
-               "-fno-builtin-cos", "-fno-math-errno", "-fno-trapping-math")
+               "-fno-builtin-cos", "-fno-math-errno", "-fno-trapping-math", "-fwrapv")
 _recipes = {}
 
 

@@ -580,3 +580,24 @@ def test_same_graph_on_numpy_then_cupy_gets_the_cuda_driver(emulator, transform)
             tg.jvp(f, (a,), (a,), backend=backend)
     backends = {gf.backend for _, gf in graph_call._VJP_CACHE.items()}
     assert backends == {"numpy", "cupy"}
+
+
+def _big_integer_ops(x, y):
+    # abs, fmax and fmin of integers in C/CUDA went through double (53 bits)
+    return np.abs(x), np.fmax(x, y), np.fmin(x, y), np.abs(x) >= 0, -np.abs(y)
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint64])
+def test_integer_abs_fmax_fmin_keep_every_bit(emulator, dtype):
+    info = np.iinfo(dtype)
+    x = np.array([info.max, info.min, 2 ** 31 - 1, 7, 0, info.max - 1], dtype)
+    y = np.array([info.max - 2, 3, info.min, 9, 0, info.max], dtype)
+    if dtype == np.int64:
+        x[3], y[3] = 2 ** 53 + 1, -(2 ** 62 + 1)
+    with np.errstate(all="ignore"):
+        want = _big_integer_ops(x, y)
+        got = tg.compile(_big_integer_ops, backend="cupy")(emulator.asarray(x), emulator.asarray(y))
+    for g, w in zip(got, want):
+        g = testing.to_host(g)
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)

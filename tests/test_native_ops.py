@@ -272,3 +272,27 @@ def test_integer_literal_powers_wrap_as_numpys(dtype):
         got, want = _both(lambda x: x ** e, x)
         assert got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
+
+
+@needs_cc
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint64])
+def test_integer_abs_fmax_fmin_pow_keep_every_bit(dtype):
+    # C's fabs, fmax, fmin and pow are double (53 bits): np.abs of an int64
+    # above 2**53 came out rounded, x ** 5 too; signed integers wrap as
+    # NumPy's do (gcc took np.abs(x) >= 0 as true at the most negative value
+    # and (x * 2) // 2 as x)
+    info = np.iinfo(dtype)
+    x = np.array([info.max, info.min, 2 ** 31 - 1, 3001, 0, info.max - 1, 123456], dtype)
+    y = np.array([info.max - 2, 3, info.min, 9, 0, info.max, 4], dtype)
+    if dtype == np.int64:
+        x[4], y[4] = 2 ** 53 + 1, -(2 ** 62 + 1)
+
+    def f(x, y):
+        return (np.abs(x), np.fmax(x, y), np.fmin(x, y), np.abs(x) >= 0, -np.abs(y), x ** 5,
+                np.power(x, y % 7), (x * 2) // 2, (x + 1) > x)
+    with np.errstate(all="ignore"):
+        want = f(x, y)
+        got = tg.compile(f, backend="native")(x, y)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)

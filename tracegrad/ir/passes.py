@@ -667,6 +667,10 @@ def fusible(g, v):
         return False
     if not _fusible_dtype(d["dtype"]) or 0 in d["shape"]:
         return False
+    if d["op"] == "pow" and np.dtype(d["dtype"]).kind in "iu":
+        # C's and CUDA's pow are double (53 bits), and a negative exponent is
+        # NumPy's error: an integer power stays NumPy's
+        return False
     for u in ir.operands(g, v):
         du = g.nodes[u]
         if du["op"] == "const" and not isinstance(du["value"], np.ndarray):

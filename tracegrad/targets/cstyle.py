@@ -42,6 +42,23 @@ def ctype(dtype) -> str:
     return CTYPES[np.dtype(dtype).name]
 
 
+_FLOAT_ONLY_RE = re.compile(r"\b(fabs|fmax|fmin)\(")
+
+
+def integer_math(expr, dtype):
+    """A registry expression computed in integer dtype ``dtype``: fabs, fmax
+    and fmin (double functions, 53 bits) as tg_integer.h's signed helpers,
+    or for unsigned integers and bools as the operand and the comparison."""
+    kind = np.dtype(dtype).kind
+    if kind == "i":
+        return _FLOAT_ONLY_RE.sub(lambda m: {"fabs": "tg_iabs(", "fmax": "tg_imax(",
+                                             "fmin": "tg_imin("}[m.group(1)], expr)
+    if kind in "ub":
+        return _FLOAT_ONLY_RE.sub(lambda m: {"fabs": "(", "fmax": "tg_imax(",
+                                             "fmin": "tg_imin("}[m.group(1)], expr)
+    return expr
+
+
 def c_literal(value, dtype) -> str:
     """C++ source for the scalar ``value`` as a constant of ``dtype``.
 
@@ -290,7 +307,8 @@ class Kernel:
             template = self.target.expression(d["op"], prim.cuda, tuple(literal), compute)
             attrs = {key: _attr_literal(val) for key, val in d["attrs"].items()
                      if "{" + key in template}
-            expr = self.target.math(template.format(*texts, **attrs), compute)
+            expr = self.target.math(integer_math(template.format(*texts, **attrs), compute),
+                                    compute)
             src = pysource.source_comment(d.get("loc"))
             self.body.append({"code": f"const {ctype(out_dt)} v{v} = {expr};",
                               "comment": f"%{v} {d['op']}",

@@ -86,25 +86,25 @@ _CLIP_ARRAY_BOUNDS = ("((isnan({t}) || {t} < ({2})) ? {t} : ({2}))"
 
 def _literal_power(e, compute):
     """x ** e for a literal e of 3, 4, 0.5, 1.5, 2.5, 3.5 or -0.5 with
-    products and sqrt, or None.  libmvec's vector pow is 1.2-1.35x slower
-    than NumPy's (ops.py, pow(x,2.5), forward and gradient).  A float's
-    products are in double (float32 rounds once, at the end); sqrt is
-    correctly rounded and each product adds half an ulp, so a double
-    x ** 3.5 is within about 2 ulp of NumPy's pow.  The non-positive x take pow's values (NumPy's): +-0 -> +0
-    (e > 0) or +inf (e < 0), -inf -> +inf or +0, other negatives and NaN ->
-    sqrt's NaN (pow's too); e = 0.5 is sqrt, as NumPy computes it
-    (sqrt(-0) = -0, sqrt(-inf) = NaN).  ``__builtin_sqrt`` stays double
-    where the float32 spelling pass renames ``sqrt``."""
+    products and sqrt, or None (a float's power only).  libmvec's vector pow
+    is 1.2-1.35x slower than NumPy's (ops.py, pow(x,2.5), forward and
+    gradient).  The products are in double (float32 rounds once, at the
+    end); sqrt is correctly rounded and each product adds half an ulp, so a
+    double x ** 3.5 is within about 2 ulp of NumPy's pow.  The non-positive
+    x take pow's values (NumPy's): +-0 -> +0 (e > 0) or +inf (e < 0), -inf
+    -> +inf or +0, other negatives and NaN -> sqrt's NaN (pow's too); e =
+    0.5 is sqrt, as NumPy computes it (sqrt(-0) = -0, sqrt(-inf) = NaN).
+    ``__builtin_sqrt`` stays double where the float32 spelling pass renames
+    ``sqrt``."""
     if isinstance(e, bool) or not isinstance(e, (int, float, np.integer, np.floating)):
         return None
+    if np.dtype(compute).kind != "f":
+        return None     # an integer power is NumPy's (passes.fusible)
     x = "((double)({0}))"
     if e in (3, 4):
         # JAX's integer_pow: products (pow(x, 3.0) of a negative x takes
-        # glibc's slow path, 50 ns an element); an integer's in its own type
-        # (it wraps as NumPy's integer power does)
-        return " * ".join([x if np.dtype(compute).kind == "f" else "({0})"] * int(e))
-    if np.dtype(compute).kind != "f":
-        return None
+        # glibc's slow path, 50 ns an element)
+        return " * ".join([x] * int(e))
     e = float(e)
     if e == 0.5:
         return "sqrt({0})"
