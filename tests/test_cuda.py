@@ -601,3 +601,15 @@ def test_integer_abs_fmax_fmin_keep_every_bit(emulator, dtype):
         g = testing.to_host(g)
         assert g.dtype == w.dtype
         np.testing.assert_array_equal(g, w)
+
+
+def test_int64_against_uint64_compares_exactly(emulator):
+    x = np.array([-1, 2 ** 53 + 1, 5, -2 ** 63, 2 ** 63 - 1, 0], dtype=np.int64)
+    y = np.array([5, 2 ** 53, 5, 2 ** 63, 2 ** 63 - 1, 0], dtype=np.uint64)
+
+    def f(a, b):
+        return a < b, a >= b, a == b, b > a, b != a
+
+    got = tg.compile(f, backend="cupy")(emulator.asarray(x), emulator.asarray(y))
+    for g, w in zip(got, f(x, y)):
+        np.testing.assert_array_equal(testing.to_host(g), w)

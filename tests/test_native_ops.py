@@ -296,3 +296,16 @@ def test_integer_abs_fmax_fmin_pow_keep_every_bit(dtype):
     for g, w in zip(got, want):
         assert g.dtype == w.dtype
         np.testing.assert_array_equal(g, w)
+
+
+@needs_cc
+@pytest.mark.parametrize("op", [np.less, np.less_equal, np.greater, np.greater_equal, np.equal,
+                                np.not_equal])
+def test_int64_against_uint64_compares_exactly(op):
+    # NumPy compares them exactly; their common type, float64, holds 53 bits
+    # (2**53 + 1 == 2**53 there), and C converts the signed one to unsigned
+    x = np.array([-1, 2 ** 53 + 1, 5, -2 ** 63, 2 ** 63 - 1, 0, 2 ** 53], dtype=np.int64)
+    y = np.array([5, 2 ** 53, 5, 2 ** 63, 2 ** 63 - 1, 0, 2 ** 53 + 1], dtype=np.uint64)
+    for a, b in ((x, y), (y, x)):
+        got = tg.compile(lambda a, b: op(a, b) & (a != 3), backend="native")(a, b)
+        np.testing.assert_array_equal(got, op(a, b))

@@ -42,6 +42,33 @@ def ctype(dtype) -> str:
     return CTYPES[np.dtype(dtype).name]
 
 
+# int64 against uint64, as NumPy compares them (exactly), not as C does
+# (the signed one converted to unsigned) nor through their common float64
+# (53 bits: 2**53 + 1 == 2**53): s OP u for a signed s and an unsigned u
+_MIXED = {"less": "({s} < 0 || (unsigned long long)({s}) < {u})",
+          "less_equal": "({s} < 0 || (unsigned long long)({s}) <= {u})",
+          "greater": "({s} >= 0 && (unsigned long long)({s}) > {u})",
+          "greater_equal": "({s} >= 0 && (unsigned long long)({s}) >= {u})",
+          "equal": "({s} >= 0 && (unsigned long long)({s}) == {u})",
+          "not_equal": "({s} < 0 || (unsigned long long)({s}) != {u})"}
+_MIRRORED = {"less": "greater", "less_equal": "greater_equal", "greater": "less",
+             "greater_equal": "less_equal", "equal": "equal", "not_equal": "not_equal"}
+
+
+def _mixed_comparison(op, operands):
+    """The exact C comparison of an int64 and a uint64 operand ((text,
+    dtype) each), or None for other ops and dtypes."""
+    if op not in _MIXED or len(operands) != 2 or any(dt is None for _, dt in operands):
+        return None
+    (a, da), (b, db) = operands
+    kinds = (np.dtype(da).name, np.dtype(db).name)
+    if kinds == ("int64", "uint64"):
+        return _MIXED[op].format(s=a, u=b)
+    if kinds == ("uint64", "int64"):
+        return _MIXED[_MIRRORED[op]].format(s=b, u=a)
+    return None
+
+
 _FLOAT_ONLY_RE = re.compile(r"\b(fabs|fmax|fmin)\(")
 
 
@@ -287,7 +314,7 @@ class Kernel:
                 compute = np.result_type(*arr) if arr else out_dt
             else:
                 compute = out_dt
-            texts, literal = [], []
+            texts, literal, raw = [], [], []
             for u in ops:
                 du = g.nodes[u]
                 val = du["value"] if u not in members and du["op"] == "const" else None
@@ -295,6 +322,7 @@ class Kernel:
                     val = val.reshape(()).item() if val.size == 1 else None
                 literal.append(val)
                 text, dt = operand(u, compute)
+                raw.append((text, dt))
                 if dt is not None and np.dtype(dt).kind == "b" and compute.kind == "f":
                     # a select, not C's conversion of a bool: gcc vectorizes
                     # the select (a count of x == 0 as a sum: 108 -> 11 us
@@ -309,6 +337,9 @@ class Kernel:
                      if "{" + key in template}
             expr = self.target.math(integer_math(template.format(*texts, **attrs), compute),
                                     compute)
+            exact = _mixed_comparison(d["op"], raw)
+            if exact is not None:
+                expr = exact
             src = pysource.source_comment(d.get("loc"))
             self.body.append({"code": f"const {ctype(out_dt)} v{v} = {expr};",
                               "comment": f"%{v} {d['op']}",
