@@ -9,12 +9,15 @@
 template <typename T>
 __device__ __forceinline__ T tg_floordiv(T a, T b) {
     if (b == 0) return 0;
+    // the most negative value over -1 wraps to itself, as in NumPy (the
+    // division overflows: it traps on x86, the emulator's host)
+    if ((T)-1 < 0 && b == (T)-1) return (T)(0ULL - (unsigned long long)a);
     T q = a / b;
     return (a % b != 0 && ((a % b < 0) != (b < 0))) ? q - 1 : q;
 }
 template <typename T>
 __device__ __forceinline__ T tg_remainder(T a, T b) {
-    if (b == 0) return 0;
+    if (b == 0 || ((T)-1 < 0 && b == (T)-1)) return 0;
     T r = a % b;
     return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }

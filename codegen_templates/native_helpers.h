@@ -41,14 +41,17 @@ static inline float tg_fminf(float a, float b) { return (a < b || isnan(b)) ? a 
 #define tg_polygamma(x, n) ((n) == 0 ? tg_digamma(x) : tg_polygamma(x, n))
 
 // Floor division and remainder as NumPy computes them (Python's // and %);
-// integer division by zero gives 0, as in NumPy (which also warns).
+// integer division by zero gives 0, as in NumPy (which also warns); the
+// most negative value over -1 wraps to itself (x86's division traps there:
+// SIGFPE killed the interpreter).
 #define TG_INT_DIVMOD(T, N) \
 static inline T tg_floordiv_##N(T a, T b) { \
     if (b == 0) return 0; \
+    if ((T)-1 < 0 && b == (T)-1) return (T)(0ULL - (unsigned long long)a); \
     T q = a / b; \
     return (a % b != 0 && ((a % b < 0) != (b < 0))) ? q - 1 : q; } \
 static inline T tg_remainder_##N(T a, T b) { \
-    if (b == 0) return 0; \
+    if (b == 0 || ((T)-1 < 0 && b == (T)-1)) return 0; \
     T r = a % b; \
     return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 TG_INT_DIVMOD(signed char, i8)

@@ -1,8 +1,8 @@
 // Included by native_helpers.h and cuda_kernels.cu.j2.  An integer's abs,
-// fmax and fmin in its own type (cstyle.integer_math prints these for the
-// registry's fabs, fmax and fmin of an integer): C's and CUDA's go through
-// double, which holds 53 bits, so np.abs of an int64 above 2**53 came out
-// rounded.  abs of the most negative value is that value, as NumPy gives it.
+// fmax, fmin and fmod in its own type (cstyle.integer_math prints these for
+// the registry's fabs, fmax, fmin and fmod of an integer): C's and CUDA's go
+// through double, which holds 53 bits, so np.abs of an int64 above 2**53
+// came out rounded.  abs of the most negative value is that value, as NumPy gives it.
 #ifndef TG_INTEGER_HELPERS
 #define TG_INTEGER_HELPERS
 #ifdef __cplusplus
@@ -19,6 +19,10 @@ TG_INT_QUAL signed char tg_iabs(signed char a) { return a < 0 ? (signed char)(0U
 // C: built with -fwrapv, signed integers wrap
 #define tg_iabs(a) ((a) < 0 ? -(a) : (a))
 #endif
+// np.fmod of integers: C's truncated %, 0 for a zero divisor (as NumPy),
+// and 0 for -1 (the most negative value's % -1 traps on x86)
+#define tg_ifmod(a, b) ((b) == 0 || (b) == -1 ? 0 : (a) % (b))
+#define tg_ufmod(a, b) ((b) == 0 ? 0 : (a) % (b))
 #define tg_imax(a, b) ((a) > (b) ? (a) : (b))
 #define tg_imin(a, b) ((a) < (b) ? (a) : (b))
 #endif

@@ -613,3 +613,23 @@ def test_int64_against_uint64_compares_exactly(emulator):
     got = tg.compile(f, backend="cupy")(emulator.asarray(x), emulator.asarray(y))
     for g, w in zip(got, f(x, y)):
         np.testing.assert_array_equal(testing.to_host(g), w)
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint64])
+def test_integer_division_edges_are_numpys(emulator, dtype):
+    # the most negative value // -1 traps on the emulator's host (SIGFPE);
+    # np.fmod of integers went through double (fmod(x, 0) came out as the
+    # most negative value instead of 0)
+    info = np.iinfo(dtype)
+    a = np.array([info.min, info.max, 7, 0, info.max - 2], dtype)
+    b = np.array([dtype(-1) if info.min < 0 else info.max, 3, 0, 5, 2], dtype)
+
+    def f(a, b):
+        return a // b, a % b, np.fmod(a, b)
+    with np.errstate(all="ignore"):
+        want = f(a, b)
+        got = tg.compile(f, backend="cupy")(emulator.asarray(a), emulator.asarray(b))
+    for g, w in zip(got, want):
+        g = testing.to_host(g)
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)

@@ -309,3 +309,30 @@ def test_int64_against_uint64_compares_exactly(op):
     for a, b in ((x, y), (y, x)):
         got = tg.compile(lambda a, b: op(a, b) & (a != 3), backend="native")(a, b)
         np.testing.assert_array_equal(got, op(a, b))
+
+
+@needs_cc
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.int8, np.uint64, np.bool_])
+def test_integer_division_edges_are_numpys(dtype):
+    # the most negative value // -1 (x86's division traps there: SIGFPE
+    # killed the interpreter), zero divisors, fmod of integers (C's fmod is
+    # double), floor, ceil and trunc of integers (through double: rounded
+    # above 2**53), and bools (the helpers had no C form for them: the
+    # build failed and the process fell back to the NumPy target)
+    if dtype == np.bool_:
+        a, b = np.array([True, False, True, False]), np.array([True, True, False, False])
+    else:
+        info = np.iinfo(dtype)
+        a = np.array([info.min, info.max, 7, 0, info.max - 2, info.min + 3], dtype)
+        b = np.array([dtype(-1) if info.min < 0 else info.max, 3, 0, 5, 2, 7], dtype)
+
+    def f(a, b):
+        return (a // b, a % b, np.fmod(a, b), np.floor(a), np.ceil(a) + np.trunc(b),
+                np.floor_divide(a, b) * 2)
+    with np.errstate(all="ignore"):
+        want = f(a, b)
+        got = tg.compile(f, backend="native")(a, b)
+    assert tg.cache_info()["target"] == "native"
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)

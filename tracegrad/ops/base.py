@@ -320,13 +320,14 @@ tanh_p = def_elementwise("tanh", lambda xp, x: xp.tanh(x),
                          save_out=True, save_inputs=False)
 
 
-def _cmp(name, fn, numpy_name, cuda_op):
+def _cmp(name, fn, numpy_name, cuda_op, cuda=None):
     p = register(name, lambda xp, x, y, _f=fn: getattr(xp, _f)(x, y),
                  shape=lambda x, y, **kw: Aval(broadcast_shapes(getattr(x, "shape", ()),
                                                                  getattr(y, "shape", ())),
                                                np.dtype(bool)),
                  nondiff=True, numpy=f"np.{numpy_name}({{0}}, {{1}})",
-                 cuda=f"({{0}} {cuda_op} {{1}})", ufunc=f"np.{numpy_name}", elementwise=True)
+                 cuda=cuda or f"({{0}} {cuda_op} {{1}})", ufunc=f"np.{numpy_name}",
+                 elementwise=True)
     return p
 
 
@@ -338,7 +339,9 @@ equal_p = _cmp("equal", "equal", "equal", "==")
 not_equal_p = _cmp("not_equal", "not_equal", "not_equal", "!=")
 logical_and_p = _cmp("logical_and", "logical_and", "logical_and", "&&")
 logical_or_p = _cmp("logical_or", "logical_or", "logical_or", "||")
-logical_xor_p = _cmp("logical_xor", "logical_xor", "logical_xor", "!=")
+# the truth values differ (1.0 and -1.0 are both true): not the values
+logical_xor_p = _cmp("logical_xor", "logical_xor", "logical_xor", "!=",
+                     cuda="(!({0}) != !({1}))")
 logical_not_p = register(
     "logical_not", lambda xp, x: xp.logical_not(x),
     shape=lambda x: Aval(x.shape, np.dtype(bool)), nondiff=True,

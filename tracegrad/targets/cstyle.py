@@ -69,20 +69,22 @@ def _mixed_comparison(op, operands):
     return None
 
 
-_FLOAT_ONLY_RE = re.compile(r"\b(fabs|fmax|fmin)\(")
+_FLOAT_ONLY_RE = re.compile(r"\b(fabs|fmax|fmin|fmod|floor|ceil|trunc|rint)\(")
+_INTEGER_FORMS = {"fabs": "tg_iabs(", "fmax": "tg_imax(", "fmin": "tg_imin(", "fmod": "tg_ifmod(",
+                  "floor": "(", "ceil": "(", "trunc": "(", "rint": "("}
+_UNSIGNED_FORMS = dict(_INTEGER_FORMS, fabs="(", fmod="tg_ufmod(")
 
 
 def integer_math(expr, dtype):
-    """A registry expression computed in integer dtype ``dtype``: fabs, fmax
-    and fmin (double functions, 53 bits) as tg_integer.h's signed helpers,
-    or for unsigned integers and bools as the operand and the comparison."""
+    """A registry expression computed in integer dtype ``dtype``: fabs, fmax,
+    fmin, fmod, floor, ceil, trunc and rint are double functions (53 bits: np.abs
+    or np.floor of an int64 above 2**53 came out rounded): tg_integer.h's
+    helpers, or the operand itself (an unsigned integer's abs, an integer's
+    floor)."""
     kind = np.dtype(dtype).kind
-    if kind == "i":
-        return _FLOAT_ONLY_RE.sub(lambda m: {"fabs": "tg_iabs(", "fmax": "tg_imax(",
-                                             "fmin": "tg_imin("}[m.group(1)], expr)
-    if kind in "ub":
-        return _FLOAT_ONLY_RE.sub(lambda m: {"fabs": "(", "fmax": "tg_imax(",
-                                             "fmin": "tg_imin("}[m.group(1)], expr)
+    if kind in "iub":
+        forms = _INTEGER_FORMS if kind == "i" else _UNSIGNED_FORMS
+        return _FLOAT_ONLY_RE.sub(lambda m: forms[m.group(1)], expr)
     return expr
 
 
@@ -328,7 +330,9 @@ class Kernel:
                     # the select (a count of x == 0 as a sum: 108 -> 11 us
                     # for 1e5 elements), not the conversion
                     text = f"({text} ? {c_literal(1, compute)} : {c_literal(0, compute)})"
-                elif dt is not None and np.dtype(dt) != compute and np.dtype(dt).kind != "b":
+                elif dt is not None and np.dtype(dt) != compute:
+                    # (a bool too, where the compute type is an integer: the
+                    # helpers dispatch on the C type, and _Generic has no bool)
                     text = f"(({ctype(compute)}){text})"
                 texts.append(text)
             # only the attributes the expression prints (astype's dtype is not)
