@@ -290,6 +290,8 @@ ravel_multi_index
 reciprocal remainder repeat reshape result_type rint roll round sign sin sinc sinh sort split sqrt
 square squeeze stack subtract sum swapaxes take tan tanh tensordot tile transpose trunc copyto
 true_divide var std where zeros zeros_like frexp ldexp real imag conj conjugate take_along_axis
+copysign nextafter signbit cbrt float_power gcd lcm heaviside bitwise_and bitwise_or bitwise_xor
+invert left_shift right_shift positive
 partition
 """.split())
 # The ufuncs whose ``.reduce`` CuPy implements (14.x): any other raises there.
