@@ -552,9 +552,14 @@ def test_floor_division_and_remainder_follow_numpy_on_every_sign(emulator, dtype
     def f(a, b):
         return np.floor_divide(a, b), np.remainder(a, b), (a // b) * 2 + a % b
 
+    _as_numpy_computes_it(emulator, f, a, b)
+
+
+def _as_numpy_computes_it(emulator, f, *args):
+    """f's results on the emulated CUDA target are NumPy's, dtypes too."""
     with np.errstate(all="ignore"):
-        want = f(a, b)
-        got = tg.compile(f, backend="cupy")(emulator.asarray(a), emulator.asarray(b))
+        want = f(*args)
+        got = tg.compile(f, backend="cupy")(*[emulator.asarray(a) for a in args])
     for g, w in zip(got, want):
         g = testing.to_host(g)
         assert g.dtype == w.dtype
@@ -594,13 +599,7 @@ def test_integer_abs_fmax_fmin_keep_every_bit(emulator, dtype):
     y = np.array([info.max - 2, 3, info.min, 9, 0, info.max], dtype)
     if dtype == np.int64:
         x[3], y[3] = 2 ** 53 + 1, -(2 ** 62 + 1)
-    with np.errstate(all="ignore"):
-        want = _big_integer_ops(x, y)
-        got = tg.compile(_big_integer_ops, backend="cupy")(emulator.asarray(x), emulator.asarray(y))
-    for g, w in zip(got, want):
-        g = testing.to_host(g)
-        assert g.dtype == w.dtype
-        np.testing.assert_array_equal(g, w)
+    _as_numpy_computes_it(emulator, _big_integer_ops, x, y)
 
 
 def test_int64_against_uint64_compares_exactly(emulator):
@@ -610,9 +609,7 @@ def test_int64_against_uint64_compares_exactly(emulator):
     def f(a, b):
         return a < b, a >= b, a == b, b > a, b != a
 
-    got = tg.compile(f, backend="cupy")(emulator.asarray(x), emulator.asarray(y))
-    for g, w in zip(got, f(x, y)):
-        np.testing.assert_array_equal(testing.to_host(g), w)
+    _as_numpy_computes_it(emulator, f, x, y)
 
 
 @pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint64])
@@ -626,10 +623,5 @@ def test_integer_division_edges_are_numpys(emulator, dtype):
 
     def f(a, b):
         return a // b, a % b, np.fmod(a, b)
-    with np.errstate(all="ignore"):
-        want = f(a, b)
-        got = tg.compile(f, backend="cupy")(emulator.asarray(a), emulator.asarray(b))
-    for g, w in zip(got, want):
-        g = testing.to_host(g)
-        assert g.dtype == w.dtype
-        np.testing.assert_array_equal(g, w)
+
+    _as_numpy_computes_it(emulator, f, a, b)
