@@ -506,3 +506,24 @@ def test_the_command_line_module_freezes_captured_arrays_and_says_so(tmp_path):
     assert "frozen" in r.stderr and "DATA (float64[3])" in r.stderr
     text = out.read_text()
     assert "Captured arrays frozen in" in text and "DATA (float64[3])" in text
+
+
+def test_a_nested_gradient_computed_from_captured_arrays_alone_is_read_at_call_time():
+    # the inner gradient, 2 * X, depends on no argument: replayed into the
+    # outer trace it was computed there once, a snapshot of X (and with the
+    # outputs' copies, the gradient X itself was too)
+    X2 = np.arange(3.0)
+
+    def uses(w):
+        return np.sum((X2 * 2.0) * w) + np.sum(X2 * w)
+
+    inner = tg.grad(uses)
+
+    @tg.compile
+    def outer(w):
+        return np.sum(inner(w) * w)
+
+    w = np.array([1.0, 2.0, 3.0])
+    for _ in range(3):
+        assert outer(w) == np.sum(3.0 * X2 * w)
+        X2[:] = X2[::-1] + 1.0

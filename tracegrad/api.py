@@ -817,7 +817,7 @@ class Compiled:
                                                     faces)
             wrt = self._wrt_leaves(ranges, nargs)
             self._check_wrt(self.kind, avals, wrt, names, ranges, kw_tree)
-            g = _transform_graph(self.kind, trace, wrt)
+            g = _transform_graph(self.kind, trace, wrt, fresh=False)
             entry = _Entry(None, out_tree, len(trace.outputs), None, wrt, avals)
             entry.captured, entry.captured_desc = tuple(trace.implicit), tuple(trace.implicit_desc)
             hit = self._fast[sig] = (g, entry)
@@ -825,7 +825,9 @@ class Compiled:
         outer = next((x._trace for x in leaves if type(x) is Tracer), None)
         # the captured state is the enclosing trace's captured state too
         captured.adopt(entry.captured, entry.captured_desc)
-        outs = ir.eval_graph(g, list(leaves) + list(entry.captured), trace=outer)[0]
+        caps = [outer.captured_value(o) for o in entry.captured] if outer is not None \
+            else list(entry.captured)
+        outs = ir.eval_graph(g, list(leaves) + caps, trace=outer)[0]
         return self._run(entry, leaves, ranges, lambda *_: outs)
 
     def _call_dask(self, leaves, ranges, kw_tree, statics, names, nargs):
@@ -1207,11 +1209,12 @@ def _inside_another_transform(leaves, kind):
     return False
 
 
-def _transform_graph(kind, trace, wrt):
-    """Trace -> graph -> the transform's graph, optimised."""
+def _transform_graph(kind, trace, wrt, fresh=True):
+    """Trace -> graph -> the transform's graph, optimised (``fresh``:
+    pipeline.transform's; False for a graph replayed inside another trace)."""
     from tracegrad.runtime import pipeline
     return pipeline.transform(pipeline.graph_of(trace), kind,
-                              [j for _, lo, hi in wrt for j in range(lo, hi)])
+                              [j for _, lo, hi in wrt for j in range(lo, hi)], fresh=fresh)
 
 
 def _compile(kind, trace, wrt, names, compiled, parts, khash, probe=None, generic=False):

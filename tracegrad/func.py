@@ -336,10 +336,11 @@ def _jvp_impl(func, has_aux):
 
         trace, out_tree = _trace_inner(value_of, avals, rebuild, leaf_paths(p_tree, "x"),
                                        outer.backend, faces, "jvp")
-        g = pipeline.transform(pipeline.graph_of(trace), "jvp", range(len(p_leaves)))
+        g = pipeline.transform(pipeline.graph_of(trace), "jvp", range(len(p_leaves)),
+                               fresh=False)   # replayed into the caller's trace
         from tracegrad.ir import graph as ir
-        outs = ir.eval_graph(g, list(p_leaves) + list(trace.implicit) + list(t_leaves),
-                             trace=outer)[0]
+        implicit = [outer.captured_value(o) for o in trace.implicit]
+        outs = ir.eval_graph(g, list(p_leaves) + implicit + list(t_leaves), trace=outer)[0]
         n = len(trace.outputs)
         result = (tree_unflatten(out_tree, outs[:n]), tree_unflatten(out_tree, outs[n:]))
         if has_aux:

@@ -846,6 +846,15 @@ class Trace:
                 return obj
         return None
 
+    def captured_value(self, obj):
+        """``obj``, captured state of a function replayed into this trace
+        (a nested transform's captured array), as this trace's implicit
+        input where it may be lifted, so the replayed graph reads it at call
+        time; else ``obj`` itself (an operation on it alone would be folded
+        into a constant: a snapshot of its value at trace time)."""
+        t = self._lift_operand(obj)
+        return obj if t is None else t
+
     def _lift_operand(self, a):
         """A concrete array (or generator) met as an operand: the tracer of
         an implicit input where it is captured state, else None."""

@@ -58,7 +58,7 @@ def graph_of(trace, exact=False):
     return g
 
 
-def transform(g, kind, wrt):
+def transform(g, kind, wrt, fresh=True):
     """The optimised graph of transform ``kind`` of graph ``g`` with respect
     to the inputs at positions ``wrt``:
 
@@ -66,13 +66,24 @@ def transform(g, kind, wrt):
     output; jacrev / jacfwd: the Jacobian by reverse / forward mode; hessian;
     vjp: outputs and input cotangents, the output cotangents as extra inputs;
     joint: the input cotangents only; jvp: outputs and their tangents, one
-    tangent input per input; vhp / hvp: v^T H and H v of a scalar output."""
+    tangent input per input; vhp / hvp: v^T H and H v of a scalar output.
+
+    ``fresh``: outputs that would share memory with an argument or a
+    constant get a copy (passes.fresh_outputs), for a graph whose results
+    reach the caller; False for one replayed inside another trace, where a
+    copy of a captured array would be folded into a constant (a snapshot
+    instead of the array's value at call time)."""
     wrt = list(wrt)
     from tracegrad.ir import passes
     if kind == "forward":
-        return passes.fresh_outputs(g, g.graph.get("returned_aliases"))
-    with captured.suspended():   # graphs are replayed here, not user code
-        return passes.fresh_outputs(_transform(g, kind, wrt))
+        out = g
+    else:
+        with captured.suspended():   # graphs are replayed here, not user code
+            out = _transform(g, kind, wrt)
+    if not fresh:
+        return out
+    return passes.fresh_outputs(out, g.graph.get("returned_aliases") if kind == "forward"
+                                else None)
 
 
 def _transform(g, kind, wrt):
