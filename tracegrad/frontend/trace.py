@@ -1394,7 +1394,7 @@ def _trace_once(fn, run, leaves_avals, rebuild_args, names, backend, faces, func
                     # NumPy's copy of an argument (np.array(x), x.astype of
                     # its dtype): the same node, but a fresh array, which the
                     # compiled function returns too (passes.fresh_outputs)
-                    from tracegrad.ops.base import clone
+                    from tracegrad.ops import clone
                     o = clone(o)
                 trace.outputs.append(o.id)
             elif hasattr(o, "grad_fn"):

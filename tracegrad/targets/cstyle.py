@@ -335,15 +335,14 @@ class Kernel:
                     # helpers dispatch on the C type, and _Generic has no bool)
                     text = f"(({ctype(compute)}){text})"
                 texts.append(text)
-            # only the attributes the expression prints (astype's dtype is not)
-            template = self.target.expression(d["op"], prim.cuda, tuple(literal), compute)
-            attrs = {key: _attr_literal(val) for key, val in d["attrs"].items()
-                     if "{" + key in template}
-            expr = self.target.math(integer_math(template.format(*texts, **attrs), compute),
-                                    compute)
-            exact = _mixed_comparison(d["op"], raw)
-            if exact is not None:
-                expr = exact
+            expr = _mixed_comparison(d["op"], raw)
+            if expr is None:
+                # only the attributes the expression prints (astype's dtype is not)
+                template = self.target.expression(d["op"], prim.cuda, tuple(literal), compute)
+                attrs = {key: _attr_literal(val) for key, val in d["attrs"].items()
+                         if "{" + key in template}
+                expr = self.target.math(integer_math(template.format(*texts, **attrs), compute),
+                                        compute)
             src = pysource.source_comment(d.get("loc"))
             self.body.append({"code": f"const {ctype(out_dt)} v{v} = {expr};",
                               "comment": f"%{v} {d['op']}",
