@@ -89,7 +89,8 @@ def _merged_checks(old_guard, checks):
 
 class _Tables:
     """A function's built signatures, and the guard of what they read."""
-    __slots__ = ("fast", "arrays_only", "guard", "retraces", "specialised", "first_sizes")
+    __slots__ = ("fast", "arrays_only", "guard", "retraces", "specialised", "first_sizes",
+                 "plans")
 
     def __init__(self):
         self.fast = cache.LRU(SIGNATURES_PER_FUNCTION)
@@ -102,12 +103,15 @@ class _Tables:
         # (transform, dtypes and ranks) -> the shapes of its first call: a call
         # at other shapes gets the native target's generic structure
         self.first_sizes = {}
+        # (structure without sizes, key parts) -> its runtime.shape_plan.Plan (None: none)
+        self.plans = {}
 
     def forget(self):
         self.fast.clear()
         self.arrays_only.clear()
         self.guard = None
         self.first_sizes.clear()
+        self.plans.clear()
 
 
 _TABLES = weakref.WeakKeyDictionary()   # fn -> {configuration: _Tables}
@@ -719,14 +723,52 @@ class Compiled:
                 def probe():    # the same function at other sizes: what varies is generic
                     return self._probe(kind, probe_shapes, ranges, kw_tree, statics, nargs,
                                        faces, capture, backend, wrt, names)
-        ns = pipeline.load(khash, parts,
-                           lambda: _compile(kind, trace, wrt, names, self, parts, khash,
-                                            probe, generic)[1],
-                           explain_as=parts["function"])
+        ns = self._planned(kind, trace, wrt, names, parts) if generic else None
+        if ns is None:
+            ns = pipeline.load(khash, parts,
+                               lambda: _compile(kind, trace, wrt, names, self, parts, khash,
+                                                probe, generic)[1],
+                               explain_as=parts["function"])
         n_out = len(trace.outputs)
         entry = _Entry(ns, out_tree, n_out, None, wrt, avals)
         entry.set_function(ns[_FN_NAME[kind]], trace)
         return entry
+
+    PLANS_PER_FUNCTION = 3
+
+    def _planned(self, kind, trace, wrt, names, parts):
+        """The module of this call's sizes from the function's size plan
+        (runtime.shape_plan: no transform, passes, code generation or
+        compiler), made at the first call that asks for this structure; None
+        where no plan serves (the ordinary path then builds)."""
+        from tracegrad.runtime import shape_plan, toolchain
+        structure, sizes = trace.structure_sizes()
+        pkey = (structure, repr(sorted((k, v) for k, v in parts.items()
+                                       if k not in ("signature", "graph"))))
+        plans = self._tables.plans
+        plan = plans.get(pkey, False)
+        if plan is False:
+            # made at the first size of a structure, which itself takes the
+            # ordinary path (so the generic C of the sizes a plan's guards
+            # refuse is made as before)
+            rec, _ = toolchain.available()
+            if len(plans) >= self.PLANS_PER_FUNCTION:
+                # a structure that changes with every size (a constant made
+                # from a size): each plan would cost a build; no more tried
+                return None
+            src, doc = _describe(kind, self.fn, wrt, names)
+            plan = plans[pkey] = None if rec is None else shape_plan.make(
+                trace, lambda t: _transform_graph(kind, t, wrt),
+                lambda g: [(g, _FN_NAME[kind], names, doc)], rec,
+                {"source": src, "transform": parts["transform"], "key": "(a size plan)"})
+            return None
+        if plan is None:
+            return None
+        ns = plan.namespace(sizes)
+        if ns is not None:
+            cache.count("size_plans")
+            cache.note_target("native")
+        return ns
 
     def _probe_shapes(self, kind, avals):
         """The native target's generic structure (docs/native.md, "Generic
@@ -1224,7 +1266,17 @@ def _compile(kind, trace, wrt, names, compiled, parts, khash, probe=None, generi
     structure (native, docs/native.md)."""
     from tracegrad.runtime import pipeline
     g = _transform_graph(kind, trace, wrt)
-    fn = compiled.fn
+    src, doc = _describe(kind, compiled.fn, wrt, names)
+    # the generator turns the argument names into distinct identifiers
+    dynamic = getattr(compiled, "dynamic", None)
+    source = pipeline.generate([(g, _FN_NAME[kind], names, doc)], parts.get("backend", "numpy"),
+                               source=src, transform=parts["transform"], key=khash,
+                               dynamic=dynamic, probe=probe, generic=generic)
+    return g, source
+
+
+def _describe(kind, fn, wrt, names):
+    """(where the function is, the generated function's docstring)."""
     src = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
     try:
         # the code object's first line, as inspect.getsourcelines gives it
@@ -1238,12 +1290,7 @@ def _compile(kind, trace, wrt, names, compiled, parts, khash, probe=None, generi
            "jacrev": f"The Jacobian of {src} w.r.t. {_wrt_desc(wrt, names)} (reverse mode).",
            "jacfwd": f"The Jacobian of {src} w.r.t. {_wrt_desc(wrt, names)} (forward mode).",
            "hessian": f"The Hessian of {src} w.r.t. {_wrt_desc(wrt, names)}."}[kind]
-    # the generator turns the argument names into distinct identifiers
-    dynamic = getattr(compiled, "dynamic", None)
-    source = pipeline.generate([(g, _FN_NAME[kind], names, doc)], parts.get("backend", "numpy"),
-                               source=src, transform=parts["transform"], key=khash,
-                               dynamic=dynamic, probe=probe, generic=generic)
-    return g, source
+    return src, doc
 
 
 def _wrt_desc(wrt, names):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import operator
 import os
 import re
@@ -25,7 +26,7 @@ import weakref
 import numpy as np
 
 from tracegrad.frontend import branch_rewrite, captured as _captured, created, loop_rewrite
-from tracegrad.ops import primitives
+from tracegrad.ops import primitives, symbolic
 from tracegrad.ops._define import ArrayMethods
 from tracegrad.ops.primitives import Aval
 from tracegrad.eager.grad_mode import enable_grad as _enable_grad, state as _grad_state
@@ -641,6 +642,8 @@ def _reshape_is_view(base, chain, shape):
     The chain is replayed on a probe that has strides but no data of its size
     (basic indexing, transposes and flips only move strides); a chain that
     cannot be replayed (a traced index) is taken to be a view, as before."""
+    if not chain and base._order is None:
+        return True     # a C-ordered array itself: every reshape of it is a view
     probe = _view_probe(base, chain)
     if probe is None:
         return None if base._order is UNKNOWN_LAYOUT else True
@@ -739,6 +742,9 @@ class Trace:
         """Node id of a constant (deduplicated by content)."""
         if isinstance(value, (bool, int, float, complex)) and not isinstance(value, np.generic):
             key = (type(value).__name__, repr(value))
+            aval = value
+        elif isinstance(value, symbolic.Sym):     # a symbolic size (runtime.shape_plan)
+            key = ("sym", value.name, id(value.rec))
             aval = value
         else:
             arr = np.asarray(value)
@@ -928,6 +934,14 @@ class Trace:
         """An op on constants only is computed now, as NumPy would, and is a
         constant: arrays the function creates and fills with constants stay
         concrete (usable in ``if``, ``range``, as indices)."""
+        if self.loc_override is not None and prim.name == "broadcast_to":
+            # a transform's rule broadcasting a constant (a mean's 1/n):
+            # a node, not an array of the full size made now (and its size
+            # may be symbolic: ops.symbolic)
+            return None
+        values = [self.nodes[i].value for i in ids]
+        if any(isinstance(v, symbolic.Sym) for v in values) or symbolic.has_sym(list(attrs.values())):
+            return self._fold_symbolic(prim, values, attrs, face)
         try:
             out = prim.impl(np, *[self.nodes[i].value for i in ids], **attrs)
         except Exception:   # noqa: BLE001 -- recorded as a node, the shape rule says why
@@ -936,6 +950,29 @@ class Trace:
         if prim.n_out == 1 and not isinstance(out, tuple):
             return self.follow(out, face)
         return tuple(self.follow(v, face) for v in out)
+
+    def _fold_symbolic(self, prim, values, attrs, face):
+        """``_fold`` where a constant is a symbolic size (runtime.shape_plan):
+        scalar arithmetic gives a symbolic constant of the dtype NumPy's
+        result has; anything else is a node."""
+        fold = symbolic.SCALAR_FOLDS.get(prim.name)
+        if fold is None or attrs or not all(
+                isinstance(v, symbolic.Sym) or isinstance(v, (int, float)) or
+                (isinstance(v, np.ndarray) and v.shape == () and v.dtype.kind in "iuf")
+                for v in values):
+            return None
+        plain = [v.hint if isinstance(v, symbolic.Sym) else v for v in values]
+        try:
+            concrete = prim.impl(np, *plain)
+        except Exception:   # noqa: BLE001 -- recorded as a node, as _fold does
+            return None
+        value = fold(*[v.item() if isinstance(v, np.ndarray) else v for v in values])
+        if isinstance(concrete, (np.ndarray, np.generic)):
+            aval = Aval((), np.asarray(concrete).dtype)     # NumPy's dtype, as _fold's
+        else:
+            aval = value                                     # a Python number stays weak
+        nid = self._add("const", (), {}, aval, value=value).id
+        return Tracer(self, nid, aval, face)
 
     def _note_views(self, prim, args, result, attrs=None):
         """A view's result and its operands share memory from now on: a view
@@ -1098,6 +1135,90 @@ class Trace:
         h.update(repr(self.outputs).encode())
         self._hash = ((len(self.nodes), tuple(self.outputs)), h.hexdigest())
         return self._hash[1]
+
+
+    def structure_sizes(self):
+        """(structure, sizes): a hash of what ``structure_hash`` covers with
+        every dimension of 2 or more cut out of the shapes, and those
+        dimensions in order.  Two traces of one structure differ only in
+        those sizes (``runtime.shape_plan``); sizes 0 and 1 stay in the
+        structure (broadcasting, as torch's dynamic shapes specialise them).
+        An integer constant of 2 or more (a mean's count) is cut out too."""
+        h = hashlib.sha256()
+        sizes = []
+        counts = self._counts()
+        for n in self.nodes:
+            parts = [n.op, repr(n.inputs), repr(_attr_key(n.attrs))]
+            if _int_size(n, counts):
+                sizes.append(n.value)
+                h.update(("|".join(parts) + "|int?\n").encode())
+                continue
+            avals = n.aval if isinstance(n.aval, tuple) and not isinstance(n.aval, Aval) \
+                else (n.aval,)
+            for a in avals:
+                if isinstance(a, Aval):
+                    cut = []
+                    for d in a.shape:
+                        if type(d) is int and d >= 2:
+                            sizes.append(d)
+                            cut.append("?")
+                        else:
+                            cut.append(repr(d))
+                    parts.append(f"{np.dtype(a.dtype).str}[{','.join(cut)}]")
+                else:
+                    parts.append(repr(a))
+            if n.op == "const":
+                v = n.value
+                parts.append(primitives.content_digest(v)
+                             if isinstance(v, np.ndarray) else repr(v))
+            if n.loc:
+                parts.append(f"{os.path.basename(n.loc[0])}:{n.loc[1]}")
+            h.update("|".join(parts).encode())
+            h.update(b"\n")
+        h.update(repr(self.outputs).encode())
+        return h.hexdigest(), sizes
+
+    def _counts(self):
+        """The element counts of the trace's shapes and their dimensions: an
+        integer constant among them is taken for a size (a mean's count)."""
+        counts = set()
+        for n in self.nodes:
+            if isinstance(n.aval, Aval) and n.aval.shape:
+                counts.update(n.aval.shape)
+                counts.add(math.prod(n.aval.shape))
+        return counts
+
+    def with_sizes(self, make):
+        """A copy of this trace whose every dimension of 2 or more (those
+        ``structure_sizes`` lists, in its order) is ``make(size)``."""
+        def shape(s):
+            return tuple(make(d) if type(d) is int and d >= 2 else d for d in s)
+
+        copy = object.__new__(Trace)
+        copy.__dict__.update(self.__dict__)
+        copy.nodes = []
+        counts = self._counts()
+        for n in self.nodes:
+            if _int_size(n, counts):
+                v = make(n.value)
+                copy.nodes.append(Node(n.id, n.op, n.inputs, n.attrs, v, n.loc, v, n.name))
+                continue
+            aval = n.aval
+            if isinstance(aval, Aval):
+                aval = Aval(shape(aval.shape), aval.dtype)
+            elif isinstance(aval, tuple):
+                aval = tuple(Aval(shape(a.shape), a.dtype) if isinstance(a, Aval) else a
+                             for a in aval)
+            copy.nodes.append(Node(n.id, n.op, n.inputs, n.attrs, aval, n.loc, n.value, n.name))
+        copy._hash = None
+        return copy
+
+
+def _int_size(n, counts):
+    """Is node n an integer constant that is a size (a mean's count: the
+    elements of a shape of the trace, or one of its dimensions)?"""
+    return n.op == "const" and type(n.value) is int and 2 <= n.value < 1 << 62 and \
+        n.value in counts
 
 
 def _shape_by_eval(prim):

@@ -30,8 +30,8 @@ def from_trace(trace) -> nx.MultiDiGraph:
             attrs.update(shape=tuple(n.aval.shape), dtype=np.dtype(n.aval.dtype))
         elif isinstance(n.aval, tuple):
             attrs.update(avals=tuple(n.aval), shape=None, dtype=None)
-        else:  # a Python scalar constant
-            attrs.update(shape=(), dtype=np.result_type(n.aval))
+        else:  # a Python scalar constant (a symbolic one: ops.symbolic)
+            attrs.update(shape=(), dtype=np.result_type(getattr(n.aval, "hint", n.aval)))
         if n.op == "const":
             attrs["value"] = n.value
         if n.op == "input":

@@ -203,7 +203,7 @@ def _memory_cache_size():
 _memory = LRU(_memory_cache_size())         # key hash -> namespace dict of the loaded module
 _recent_keys = LRU(_memory.maxsize)         # function name -> [key parts], newest last
 _stats = {"traces": 0, "compiles": 0, "memory_hits": 0, "disk_hits": 0, "disk_misses": 0,
-          "disk_writes": 0, "disk_errors": 0, "disk_evictions": 0}
+          "disk_writes": 0, "disk_errors": 0, "disk_evictions": 0, "size_plans": 0}
 _warned_dirs = set()        # (path, problem) already warned about in this process
 _targets = {}               # target name -> loads in this process (numpy, native, cupy)
 _last_target = [None]

@@ -24,6 +24,8 @@ import numpy as np
 
 from tracegrad.ir import graph as ir
 from tracegrad.ops import primitives
+from tracegrad.ops import symbolic
+from tracegrad.ops.symbolic import dim, numel   # noqa: F401 -- the generators' helpers
 from tracegrad.targets import pysource
 from tracegrad.targets.pysource import (CONTROL_FLOW, control_flow_statements, function_name,
                                         identifiers)
@@ -97,8 +99,12 @@ def c_literal(value, dtype) -> str:
     if dt.kind == "b":
         return "true" if bool(value) else "false"
     if dt.kind in "iu":
-        v = int(value)
+        v = value if isinstance(value, symbolic.SymInt) else int(value)
         return f"{v}LL" if dt.kind == "i" else f"{v}ULL"
+    if isinstance(value, symbolic.Sym) and dt == np.float64:
+        # a number from sizes (a mean's 1/n): finite and 0 or more at every
+        # size its plan serves (runtime.shape_plan), so repr spells it
+        return repr(value * 1.0)
     v = float(value)
     single = dt == np.float32
     if math.isnan(v):
@@ -137,14 +143,6 @@ def c_identifier(name) -> str:
     since it always carries a prefix where it is used)."""
     s = re.sub(r"[^0-9A-Za-z_]", "_", str(name))
     return s or "arg"
-
-
-def numel(shape):
-    """The number of elements of ``shape``."""
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
 
 
 # --- the per-target table of the C-style renderer -------------------------------------------
@@ -249,7 +247,7 @@ class Kernel:
                 if src_shape[j] != 1:
                     c = coord(lead + j)
                     terms.append(c if stride == 1 else f"{c} * {stride}LL")
-                stride *= int(src_shape[j])
+                stride *= dim(src_shape[j])
             return " + ".join(reversed(terms))
 
         def load(u):
@@ -386,7 +384,7 @@ class Kernel:
             inner = numel(S[j + 1:])
             e = "i" if inner == 1 else f"i / {inner}LL"
             if j > 0:
-                e = f"({e}) % {int(S[j])}LL"
+                e = f"({e}) % {dim(S[j])}LL"
             self.coords.append({"code": f"const long long c{j} = {e};",
                                 "comment": f"index along axis {j} of [{', '.join(map(str, S))}]"})
 

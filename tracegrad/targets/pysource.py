@@ -22,6 +22,7 @@ import numpy as np
 
 from tracegrad.ir import graph as ir
 from tracegrad.ops import primitives
+from tracegrad.ops.symbolic import numel
 
 
 # Arrays at least this large (32 KiB of float64) are freed (``del``) as soon as they are dead
@@ -303,7 +304,7 @@ class BufferPlanner:
 
     def _large(self, u):
         shape = self.g.nodes[u].get("shape")
-        return shape is not None and int(np.prod(shape)) >= DEL_MIN_ELEMENTS
+        return shape is not None and numel(shape) >= DEL_MIN_ELEMENTS
 
     def _only_views_dead(self, u, i):
         # writing into u at statement i: a view of u read at i would see

@@ -34,6 +34,7 @@ import numpy as np
 
 from tracegrad.targets.native import builder, whole
 from tracegrad.targets import cstyle, pysource, templates
+from tracegrad.ops import symbolic
 from tracegrad.ir import graph as ir
 from tracegrad._version import __version__
 
@@ -379,7 +380,7 @@ class Function(cstyle.Function):
 
     def _keep(self, shape, dtype):
         """Room for one more kept buffer?"""
-        n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        n = cstyle.numel(shape) * np.dtype(dtype).itemsize
         if self._kept_bytes + n > KEPT_MAX_BYTES:
             return False
         self._kept_bytes += n
@@ -581,7 +582,8 @@ def thread_count(kern):
     each thread gets at least the work that paid for a second one."""
     least = PARALLEL_MIN_MATH if any(_CALL_RE.search(s["code"] or "") for s in kern.body) \
         else PARALLEL_MIN
-    return 1 if kern.n < least else max(2, kern.n // max(1, least // 2))
+    # (a formula where the size is symbolic: runtime.shape_plan reads it at run time)
+    return symbolic.if_less(kern.n, least, 1, symbolic.larger(2, kern.n // max(1, least // 2)))
 
 
 # The block of a fused sum (TG_BLOCK in codegen_templates/native_helpers.h).
@@ -646,13 +648,13 @@ def row_loop(kern):
         inner = cstyle.numel(S[j + 1:last])
         e = "o" if inner == 1 else f"o / {inner}LL"
         if j > 0:
-            e = f"({e}) % {int(S[j])}LL"
+            e = f"({e}) % {cstyle.dim(S[j])}LL"
         outer.append({"code": f"const long long c{j} = {e};",
                       "comment": f"index along axis {j} of [{shape}], once per row"})
     inner = [{"code": f"const long long c{last} = i - base;",
               "comment": f"index along axis {last} of [{shape}]"}] if last in axes else []
-    return {"rows": kern.n // int(S[last]), "length": int(S[last]), "outer": outer,
-            "chunk": max(1, 4096 // int(S[last])),     # rows a thread takes at a time
+    return {"rows": kern.n // cstyle.dim(S[last]), "length": cstyle.dim(S[last]), "outer": outer,
+            "chunk": max(1, 4096 // cstyle.dim(S[last])),     # rows a thread takes at a time
             "inner": inner}
 
 
@@ -665,17 +667,17 @@ def c_source(functions, lowered, g_of, rec, header=(), generic=False):
     def kernel_dict(kern, g, inline=False):
         k = kern.render_dict(g)
         k["threads"] = thread_count(kern)
-        k["parallel"] = k["threads"] > 1 or (generic and not inline)
+        k["parallel"] = (generic and not inline) or k["threads"] > 1
         # the generic structure's threaded kernels have a copy of their loops
         # without OpenMP, for the sizes where one thread runs them
         k["twin"] = generic
         # a fused sum over one block needs no pairwise counter (whose struct
         # a small kernel in a loop body would clear at every step)
-        k["one_block"] = bool(kern.accs) and kern.n <= TG_BLOCK and not k["parallel"]
+        k["one_block"] = bool(kern.accs) and not k["parallel"] and kern.n <= TG_BLOCK
         k["inline"] = inline
         # a few elements: unrolled (then the values stay in registers)
         # rather than a vector loop with a remainder
-        k["unroll"] = kern.n <= UNROLL_MAX and not k["parallel"]
+        k["unroll"] = not k["parallel"] and kern.n <= UNROLL_MAX
         k["rows"] = row_loop(kern)
         if k["rows"]:
             k["coords"] = k["rows"]["inner"]
@@ -790,7 +792,7 @@ def generate_driver(functions, source="", transform="", key="", rec=None, standa
     csrc = c_source(functions, lowered, g_of, rec if not standalone else None, generic=generic)
     values = None
     if sizes is not None and not standalone and dynamic is not False and \
-            rec.get("entry") == "python" and builder.loader()["_numpy_include"]() is not None:
+            generic_sizes_usable(rec):
         def probes():       # the probes' C texts, only where no earlier text serves
             texts = []
             for fns in probe():
@@ -798,13 +800,27 @@ def generate_driver(functions, source="", transform="", key="", rec=None, standa
                 texts.append(c_source(fns, p_lowered, p_g_of, rec, generic=generic))
             return texts
         csrc, values = sizes.resolve(csrc, None if probe is None else probes)
+    return render_driver(module, lowered, g_of, csrc, values, None if standalone else rec,
+                         source=source, transform=transform, key=key)
+
+
+def generic_sizes_usable(rec):
+    """Can a module built with recipe ``rec`` read its sizes at run time
+    (the extension entry, NumPy's headers)?"""
+    return rec.get("entry") == "python" and builder.loader()["_numpy_include"]() is not None
+
+
+def render_driver(module, lowered, g_of, csrc, values, rec, source="", transform="", key=""):
+    """The Python module of lowered functions around the C text ``csrc``;
+    ``values``: the (ints, floats) a generic text reads (None: the C is
+    specialised); ``rec`` None for a standalone module."""
     return templates.environment().get_template("native_driver.py.j2").render(
         version=__version__, source=source, transform=transform, key=key,
         c_source=cstyle.py_string(csrc),
         generic=None if values is None else {
             "ints": values[0], "floats": values[1],
             "public": [f.name for f in lowered if f not in module.extra]},
-        recipe=repr(None if standalone else {k: v for k, v in rec.items() if k != "presumed"}),
+        recipe=repr(None if rec is None else {k: v for k, v in rec.items() if k != "presumed"}),
         loader=builder.loader_text(), needs_math=module.needs_math,
         needs_base64=module.needs_base64, helpers=module.helpers,
         constants=module.constants,

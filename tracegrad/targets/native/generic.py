@@ -71,11 +71,11 @@ _METHODS = "static PyMethodDef tg_methods[] = {\n"
 class Text:
     """A C text cut into code, numbers and comments."""
 
-    __slots__ = ("pieces", "nums", "comments", "skeleton", "holeable", "always")
+    __slots__ = ("pieces", "nums", "starts", "comments", "skeleton", "holeable", "always")
 
     def __init__(self, source):
         pieces = []         # ("c", text) code | ("n", index) number | ("m", index) comment
-        nums, comments, holeable = [], [], []
+        nums, starts, comments, holeable = [], [], [], []
         always = set()      # numbers that are holes even where two sizes agree
         skel = []
         # the helpers before the mark are one piece of code (no size is
@@ -102,6 +102,7 @@ class Text:
                 line = source[source.rfind("\n", 0, m.start()) + 1:m.start()].lstrip()
                 pieces.append(("n", len(nums)))
                 nums.append(text)
+                starts.append(m.start())
                 holeable.append((not line.startswith("#") or line.startswith(_OMP_LOOP)) and
                                 (_INT.match(text) or _FLOAT.match(text)) is not None)
                 if source.endswith(_ALWAYS, 0, m.start()) and holeable[-1]:
@@ -115,6 +116,7 @@ class Text:
             skel.append(source[at:])
         self.pieces = pieces
         self.nums = nums
+        self.starts = starts    # where each number begins in the source
         self.comments = comments
         self.holeable = holeable
         self.always = always
@@ -123,9 +125,11 @@ class Text:
 
 class Template:
     """A generic C text: the reference text's numbers at ``holes`` are read
-    at run time (``tg_d``/``tg_f``), every other number is a literal."""
+    at run time (``tg_d``/``tg_f``), every other number is a literal.
+    ``slot_keys``: for each hole, a key; holes of one key share a slot (else
+    holes whose numbers agree in ``ref`` and ``others`` do)."""
 
-    def __init__(self, ref, holes, others=()):
+    def __init__(self, ref, holes, others=(), slot_keys=None):
         self.ref = ref
         self.holes = tuple(sorted(holes))
         # positions whose numbers were the same in every text the template
@@ -142,6 +146,8 @@ class Template:
             suffix = m.group(2).lower() if m else _FLOAT.match(t).group(2)
             key = (kind, suffix, t, tuple(o.nums[i] for o in others)) \
                 if i not in ref.always else i     # a slot of its own
+            if slot_keys is not None:   # the caller knows which numbers are one
+                key = (kind, suffix, slot_keys[i])
             slot = slots.get(key)
             if slot is None:
                 slot = slots[key] = nd if kind == "d" else nf

@@ -42,11 +42,7 @@ _VIEWS = ("reshape",)
 _COPIES = ("broadcast_to", "transpose", "getitem")
 
 
-def _size(shape):
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
+_size = cstyle.numel
 
 
 def _body_graph(body, memo):
@@ -204,7 +200,7 @@ class WholeFunction:
             # a computed 0-d value is a NumPy scalar, as NumPy's sum gives
             scalar = d["shape"] == () and (d["op"] == "sum" or passes.fusible(g, v))
             rets.append(f"_r[{len(self.outs)}]")
-            self.outs.append({"shape": tuple(int(n) for n in d["shape"]),
+            self.outs.append({"shape": tuple(cstyle.dim(n) for n in d["shape"]),
                               "dtype": d["dtype"].name, "scalar": scalar, "node": v,
                               "param": pname,
                               "what": f"%{v} {d['op']} {d['dtype']}{list(d['shape'])}"})
