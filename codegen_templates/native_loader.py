@@ -527,6 +527,7 @@ def _numpy_include():
 
 
 _known_objects = {}     # digest -> the last object of that digest this process loaded
+_loaded = {}            # path -> (object, entry) this process loaded from there
 
 
 def _link_same(folder, digest, path):
@@ -596,6 +597,9 @@ def load_library(source, module_file, rec, reuse=True):
             _private_dir.append(_process_dir())
         folder, base = _private_dir[0], "module"
     path = _os.path.join(folder, f"{base}-{digest}.so")
+    got = _loaded.get(path)
+    if got is not None and reuse:   # loaded before by this process (a generic text's sizes)
+        return got
     name, extra = None, ()
     if entry == "python":
         name = f"tg_{digest}"
@@ -609,6 +613,7 @@ def load_library(source, module_file, rec, reuse=True):
     try:
         got = _load_object(path, name), entry
         _known_objects[digest] = path
+        _loaded[path] = got
         return got
     except (ImportError, OSError) as e:
         if built:

@@ -103,7 +103,8 @@ class _Tables:
         # (transform, dtypes and ranks) -> the shapes of its first call: a call
         # at other shapes gets the native target's generic structure
         self.first_sizes = {}
-        # (structure without sizes, key parts) -> its runtime.shape_plan.Plan (None: none)
+        # (structure without sizes, key parts) -> {"plans": its runtime.shape_plan
+        # Plans, one per region of sizes, "failures": plans that could not be made}
         self.plans = {}
 
     def forget(self):
@@ -691,7 +692,6 @@ class Compiled:
             "transform": kind + ("+aux" if self.has_aux else ""),
             "version": __version__,
             "templates": templates_hash(),
-            "graph": trace.structure_hash(),
             **({"dynamic": self.dynamic} if self.dynamic is not None else {}),
             **({"captured": [f"{d}: {_describe_captured(o)}" for o, d in
                              zip(trace.implicit, trace.implicit_desc)]} if trace.implicit else {}),
@@ -706,7 +706,13 @@ class Compiled:
         trace, out_tree, avals, backend = self._trace(arrays, ranges, kw_tree, statics, names,
                                                       nargs, faces, capture)
         names = [trace.nodes[i].name for i in trace.inputs]   # the captured state's too
+        # the key's parts but the graph's hash (a size plan does without it)
         parts = self._key_parts(kind, trace, avals, statics, backend, wrt)
+        if not lower and backend == "native" and self.dynamic is not False:
+            entry = self._from_plan(kind, trace, wrt, names, parts, out_tree, avals)
+            if entry is not None:
+                return entry
+        parts["graph"] = trace.structure_hash()
         khash = cache.key_hash(parts)
         if lower:
             graph, source = _compile(kind, trace, wrt, names, self, parts, khash)
@@ -723,52 +729,90 @@ class Compiled:
                 def probe():    # the same function at other sizes: what varies is generic
                     return self._probe(kind, probe_shapes, ranges, kw_tree, statics, nargs,
                                        faces, capture, backend, wrt, names)
-        ns = self._planned(kind, trace, wrt, names, parts) if generic else None
-        if ns is None:
-            ns = pipeline.load(khash, parts,
-                               lambda: _compile(kind, trace, wrt, names, self, parts, khash,
-                                                probe, generic)[1],
-                               explain_as=parts["function"])
+        if generic:     # the first size of a structure makes its plan
+            self._planned(kind, trace, wrt, names, parts, make_first=True)
+        ns = pipeline.load(khash, parts,
+                           lambda: _compile(kind, trace, wrt, names, self, parts, khash,
+                                            probe, generic)[1],
+                           explain_as=parts["function"])
         n_out = len(trace.outputs)
         entry = _Entry(ns, out_tree, n_out, None, wrt, avals)
         entry.set_function(ns[_FN_NAME[kind]], trace)
         return entry
 
-    PLANS_PER_FUNCTION = 3
+    def _from_plan(self, kind, trace, wrt, names, parts, out_tree, avals):
+        """The entry of a call served by a size plan, or None.  Only where
+        the C would have the generic structure (a size after the first of
+        the transform's dtypes and ranks, or dynamic=True)."""
+        sig = (kind, tuple((a.dtype, len(a.shape)) for a in avals))
+        first = self._tables.first_sizes.get(sig)
+        if not self.dynamic and (first is None or first == tuple(a.shape for a in avals)):
+            return None
+        ns = self._planned(kind, trace, wrt, names, parts)
+        if ns is None:
+            return None
+        entry = _Entry(ns, out_tree, len(trace.outputs), None, wrt, avals)
+        entry.set_function(ns[_FN_NAME[kind]], trace)
+        return entry
 
-    def _planned(self, kind, trace, wrt, names, parts):
-        """The module of this call's sizes from the function's size plan
-        (runtime.shape_plan: no transform, passes, code generation or
-        compiler), made at the first call that asks for this structure; None
-        where no plan serves (the ordinary path then builds)."""
-        from tracegrad.runtime import shape_plan, toolchain
+    # structures a function keeps plans for, and plans (regions of sizes
+    # with other decisions) per structure; a structure that failed to give a
+    # plan this many times is not tried again
+    PLANS_PER_FUNCTION, REGIONS_PER_PLAN, PLAN_FAILURES = 3, 6, 2
+
+    def _planned(self, kind, trace, wrt, names, parts, make_first=False):
+        """The module of this call's sizes from one of the function's size
+        plans (runtime.shape_plan: no transform, passes, code generation or
+        compiler), or None where none serves (the ordinary path then
+        builds).  The first size of a structure makes its first plan and
+        itself takes the ordinary path (so the generic C of sizes no plan
+        serves is made as before); a later size that no plan's guards admit
+        (the sizes steered a decision the other way) makes another plan and
+        takes it (its C is mostly the same text: no build)."""
         structure, sizes = trace.structure_sizes()
         pkey = (structure, repr(sorted((k, v) for k, v in parts.items()
                                        if k not in ("signature", "graph"))))
         plans = self._tables.plans
-        plan = plans.get(pkey, False)
-        if plan is False:
-            # made at the first size of a structure, which itself takes the
-            # ordinary path (so the generic C of the sizes a plan's guards
-            # refuse is made as before)
-            rec, _ = toolchain.available()
-            if len(plans) >= self.PLANS_PER_FUNCTION:
+        known = plans.get(pkey)
+        if known is None:
+            if not make_first or len(plans) >= self.PLANS_PER_FUNCTION:
                 # a structure that changes with every size (a constant made
                 # from a size): each plan would cost a build; no more tried
                 return None
-            src, doc = _describe(kind, self.fn, wrt, names)
-            plan = plans[pkey] = None if rec is None else shape_plan.make(
-                trace, lambda t: _transform_graph(kind, t, wrt),
-                lambda g: [(g, _FN_NAME[kind], names, doc)], rec,
-                {"source": src, "transform": parts["transform"], "key": "(a size plan)"})
+            known = plans[pkey] = {"plans": [], "failures": 0}
+            self._make_plan(known, kind, trace, wrt, names, parts)
             return None
-        if plan is None:
+        if make_first:      # made before (this size's plans were tried already)
             return None
-        ns = plan.namespace(sizes)
-        if ns is not None:
-            cache.count("size_plans")
-            cache.note_target("native")
+        for plan in known["plans"]:
+            ns = plan.namespace(sizes)
+            if ns is not None:
+                break
+        else:
+            if len(known["plans"]) >= self.REGIONS_PER_PLAN or \
+                    known["failures"] >= self.PLAN_FAILURES:
+                return None
+            plan = self._make_plan(known, kind, trace, wrt, names, parts)
+            ns = None if plan is None else plan.namespace(sizes)
+            if ns is None:
+                return None
+        cache.count("size_plans")
+        cache.note_target("native")
         return ns
+
+    def _make_plan(self, known, kind, trace, wrt, names, parts):
+        from tracegrad.runtime import shape_plan, toolchain
+        rec, _ = toolchain.available()
+        src, doc = _describe(kind, self.fn, wrt, names)
+        plan = None if rec is None else shape_plan.make(
+            trace, lambda t: _transform_graph(kind, t, wrt),
+            lambda g: [(g, _FN_NAME[kind], names, doc)], rec,
+            {"source": src, "transform": parts["transform"], "key": "(a size plan)"})
+        if plan is None:
+            known["failures"] += 1
+        else:
+            known["plans"].append(plan)
+        return plan
 
     def _probe_shapes(self, kind, avals):
         """The native target's generic structure (docs/native.md, "Generic

@@ -12,7 +12,7 @@ import weakref
 import numpy as np
 
 from tracegrad.ir import graph as ir
-from tracegrad.ops import primitives
+from tracegrad.ops import primitives, symbolic
 
 # Constants larger than this stay as operations in the generated code
 # instead of being folded into embedded arrays.
@@ -143,7 +143,7 @@ def _scalar(g, v):
     if d["op"] != "const":
         return None
     val = d["value"]
-    if isinstance(val, (int, float)) and not isinstance(val, bool):
+    if isinstance(val, (int, float, symbolic.Sym)) and not isinstance(val, bool):
         return val
     # a one-element float64 array (a folded seed such as [100.]): callers
     # only use it where the other operand already has the result's dtype

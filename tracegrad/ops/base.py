@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracegrad.ops import runtime_numpy as _rt
+from tracegrad.ops import runtime_numpy as _rt, symbolic
 from tracegrad.ops.primitives import Aval, bind, register, broadcast_shapes
 from tracegrad.ops.primitives import REGISTRY as _REGISTRY
 from tracegrad.ops import _define
@@ -20,6 +20,8 @@ from tracegrad.ops._define import method, implements, axis_arg, norm_axes, numpy
 def _dummy(a):
     if isinstance(a, Aval):
         return np.ones((), a.dtype)
+    if isinstance(a, symbolic.Sym):     # a symbolic Python number: its type decides
+        return a.hint
     return a
 
 

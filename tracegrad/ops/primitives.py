@@ -36,7 +36,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from tracegrad.ops import dtypes as _dtypes
+from tracegrad.ops import dtypes as _dtypes, symbolic
 
 
 class Aval(NamedTuple):
@@ -347,6 +347,8 @@ def result_dtype(*operands):
             conv.append(o.dtype)
         elif isinstance(o, (bool, int, float, complex)):
             conv.append(o)
+        elif isinstance(o, symbolic.Sym):    # a symbolic Python number: as weak
+            conv.append(o.hint)
         else:
             conv.append(np.dtype(o.dtype))
     return np.result_type(*conv)

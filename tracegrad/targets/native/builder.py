@@ -48,8 +48,17 @@ def shared_library(source, module_file, rec):
     built is linked beside it, so the text is built once for all the sizes
     it serves.  Generic modules take their sizes through the extension's
     ``tg_enter``, so they need the extension entry."""
+    hit = _by_text.get(id(source))
+    if hit is not None and hit[0] is source and hit[1] == module_file:
+        return hit[2]       # the same text object: a size plan's module at another size
     lib, entry = loader()["load_library"](source, module_file, rec)
     if entry != "python":
         raise build_error()("a generic-size module needs the extension entry (Python's and "
                             "NumPy's C headers), which this build did not get")
+    if len(_by_text) >= 64:
+        _by_text.clear()
+    _by_text[id(source)] = (source, module_file, (lib, entry))
     return lib, entry
+
+
+_by_text = {}   # id of a C text -> (the text, the module's file, (library, entry))
