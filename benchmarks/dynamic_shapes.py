@@ -7,7 +7,8 @@ Two tables:
    before, after two other sizes were (so the automatic mode has built its
    generic C), for W2 (``compare.chain``, 100,000-ish elements) and W3
    (``compare.mlp``, a new batch size): native with the default
-   (``dynamic=None``: generic C, no build), native with ``dynamic=False``
+   (``dynamic=None``: a size plan's module, else generic C; no build),
+   native with ``dynamic=False``
    (a C build per size) and the NumPy target.  Each round uses sizes no
    system has seen, the systems interleaved; median and min over rounds.
    The disk cache is a fresh temporary folder (each new size writes its
@@ -148,18 +149,20 @@ def sweep_table(quick):
         want = tg.value_and_grad(fn, argnums=argnums, backend="numpy")
         f(*make(first))
         f(*make(second))
-        built, times, ok = [], [], True
+        built, times, ok, planned = [], [], True, []
         for s in sizes:
             args = make(s)
+            plans = tg.cache_info()["size_plans"]
             with _CountProcesses() as c:
                 t = time.perf_counter()
                 got = f(*args)
                 times.append(time.perf_counter() - t)
             built.append(c.n)
+            planned.append(tg.cache_info()["size_plans"] > plans)
             ref = want(*args)
             ok = ok and all(np.allclose(a, b, rtol=1e-10, atol=1e-12) for a, b in
                             zip([got[0], *got[1]], [ref[0], *ref[1]]))
-        rows.append((name, first, second, sizes, built, times, ok))
+        rows.append((name, first, second, sizes, built, times, ok, planned))
     return rows
 
 
@@ -253,12 +256,13 @@ def main():
     print("## Across sizes: C builds after the first two sizes (each size once, in this order)")
     print()
     print("| workload | first two | sizes then | sizes that ran the compiler | "
-          "ms per size: median (max) | values as the NumPy target's |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for name, first, second, sizes, built, times, ok in sweep_table(args.quick):
+          "served by a size plan | ms per size: median (max) | values as the NumPy target's |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for name, first, second, sizes, built, times, ok, planned in sweep_table(args.quick):
         ran = [str(s) for s, b in zip(sizes, built) if b]
         print(f"| {name} | {first}, {second} | {', '.join(map(str, sizes))} | "
               f"{len(ran)} of {len(sizes)}{': ' + ', '.join(ran) if ran else ''} | "
+              f"{sum(planned)} of {len(sizes)} | "
               f"{statistics.median(times) * 1e3:.1f} ({max(times) * 1e3:.1f}) | {ok} |")
     print()
     print("## Per call: generic C against C specialised to the size")

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import tracegrad as tg
+from tracegrad import api
 from tracegrad.ops import symbolic
 from tracegrad.runtime import pipeline, shape_plan, toolchain
 
@@ -123,3 +124,74 @@ def test_a_number_glued_to_a_name_is_no_hole():
         symbolic.ACTIVE.rec = prev
     with pytest.raises(shape_plan.NoPlan):
         shape_plan._c_template(src, shape_plan._Formulas(rec))
+
+
+def mlp(W1, b1, W2, b2, X, Y):
+    h = np.tanh(X @ W1 + b1)
+    return np.mean((h @ W2 + b2 - Y) ** 2)
+
+
+@needs_native
+def test_a_new_batch_size_of_an_mlp_with_a_mean():
+    # the mean's count (a constant of the trace) is a size of the plan too
+    rng = np.random.default_rng(3)
+    params = [rng.standard_normal((8, 32)) * 0.3, rng.standard_normal(32),
+              rng.standard_normal((32, 3)) * 0.3, rng.standard_normal(3)]
+    vg = tg.value_and_grad(mlp, argnums=(0, 1, 2, 3), backend="native")
+    want = tg.value_and_grad(mlp, argnums=(0, 1, 2, 3), backend="numpy")
+
+    def batch(b):
+        return params + [rng.standard_normal((b, 8)), rng.standard_normal((b, 3))]
+    for b in (50, 47):
+        vg(*batch(b))
+    before = tg.cache_info()["size_plans"]
+    args = {b: batch(b) for b in (44, 45, 61, 100)}
+    with _NoPipeline():
+        got = {b: vg(*a) for b, a in args.items()}
+    assert tg.cache_info()["size_plans"] - before == len(args)
+    for b, a in args.items():
+        wv, wg = want(*a)
+        np.testing.assert_allclose(got[b][0], wv, rtol=1e-12)
+        for x, y in zip(got[b][1], wg):
+            np.testing.assert_allclose(x, y, rtol=1e-11, atol=1e-14)
+
+
+@needs_native
+def test_float32_and_sizes_across_regions_keep_their_values():
+    # wherever a plan serves or not (float32 constants, small and large
+    # sizes on both sides of the kernels' thresholds), values are the
+    # ordinary path's
+    def f(x, y):
+        return np.mean(np.tanh(x) * y) + np.sum(x * x) / x.shape[0]
+    vg = tg.value_and_grad(f, argnums=(0, 1), backend="native")
+    spec = tg.value_and_grad(f, argnums=(0, 1), backend="native", dynamic=False)
+    rng = np.random.default_rng(4)
+    for dt in (np.float64, np.float32):
+        for n in (300, 310, 2, 3, 17, 64, 5000, 70_000, 299):
+            x, y = rng.standard_normal(n).astype(dt), rng.standard_normal(n).astype(dt)
+            got, w = vg(x, y), spec(x, y)
+            tol = 1e-12 if dt == np.float64 else 1e-5
+            np.testing.assert_allclose(got[0], w[0], rtol=tol)
+            for a, b in zip(got[1], w[1]):
+                assert a.dtype == b.dtype
+                np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+
+
+@needs_native
+def test_dynamic_false_makes_no_plan_and_a_changing_structure_few():
+    rng = np.random.default_rng(5)
+    spec = tg.value_and_grad(chain, argnums=(0, 1), backend="native", dynamic=False)
+    before = tg.cache_info()["size_plans"]
+    for n in (100, 110, 120):
+        spec(rng.standard_normal(n), rng.standard_normal(n))
+    assert tg.cache_info()["size_plans"] == before
+
+    def g(x):       # a constant of the size's own values: a new structure every size
+        return np.sum(np.sin(x) * np.arange(x.shape[0]))
+    vg = tg.grad(g, backend="native")
+    for n in (100, 101, 102, 103, 104, 105):
+        x = rng.standard_normal(n)
+        np.testing.assert_allclose(vg(x), np.cos(x) * np.arange(n), rtol=1e-12)
+    plans = [t.plans for per in api._TABLES.values()
+             for t in per.values() if any(True for _ in t.plans)]
+    assert all(len(p) <= 3 for p in plans)

@@ -769,9 +769,14 @@ class Compiled:
         serves is made as before); a later size that no plan's guards admit
         (the sizes steered a decision the other way) makes another plan and
         takes it (its C is mostly the same text: no build)."""
+        from tracegrad.runtime import toolchain
+        rec, _ = toolchain.available()
+        if rec is None:
+            return None
         structure, sizes = trace.structure_sizes()
-        pkey = (structure, repr(sorted((k, v) for k, v in parts.items()
-                                       if k not in ("signature", "graph"))))
+        # (the compiler's recipe too, as in the cache key: another compiler, other plans)
+        pkey = (structure, rec["identity"], repr(sorted(
+            (k, v) for k, v in parts.items() if k not in ("signature", "graph"))))
         plans = self._tables.plans
         known = plans.get(pkey)
         if known is None:

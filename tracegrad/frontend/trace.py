@@ -934,7 +934,8 @@ class Trace:
         """An op on constants only is computed now, as NumPy would, and is a
         constant: arrays the function creates and fills with constants stay
         concrete (usable in ``if``, ``range``, as indices)."""
-        if self.loc_override is not None and prim.name == "broadcast_to":
+        if self.loc_override is not None and prim.name == "broadcast_to" and \
+                (symbolic.has_sym(attrs["shape"]) or math.prod(attrs["shape"]) > 1):
             # a transform's rule broadcasting a constant (a mean's 1/n):
             # a node, not an array of the full size made now (and its size
             # may be symbolic: ops.symbolic)
@@ -956,9 +957,11 @@ class Trace:
         scalar arithmetic gives a symbolic constant of the dtype NumPy's
         result has; anything else is a node."""
         fold = symbolic.SCALAR_FOLDS.get(prim.name)
+        # (float64 and int64 only: Python's arithmetic is theirs, bit for bit)
         if fold is None or attrs or not all(
-                isinstance(v, symbolic.Sym) or isinstance(v, (int, float)) or
-                (isinstance(v, np.ndarray) and v.shape == () and v.dtype.kind in "iuf")
+                isinstance(v, symbolic.Sym) or type(v) in (int, float) or
+                (isinstance(v, np.ndarray) and v.shape == () and
+                 v.dtype in (np.float64, np.int64))
                 for v in values):
             return None
         plain = [v.hint if isinstance(v, symbolic.Sym) else v for v in values]
@@ -968,6 +971,8 @@ class Trace:
             return None
         value = fold(*[v.item() if isinstance(v, np.ndarray) else v for v in values])
         if isinstance(concrete, (np.ndarray, np.generic)):
+            if np.asarray(concrete).dtype not in (np.float64, np.int64):
+                return None
             aval = Aval((), np.asarray(concrete).dtype)     # NumPy's dtype, as _fold's
         else:
             aval = value                                     # a Python number stays weak

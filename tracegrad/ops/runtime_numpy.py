@@ -46,8 +46,8 @@ def _index_add(g, shape, idx, xp=np):
         size *= d
     pos = _flat_positions(shape, size, idx, xp)
     # (a broadcast view is read-only, and bincount copies read-only weights)
-    weights = (g if getattr(g, "shape", ()) == pos.shape else xp.broadcast_to(g, pos.shape)
-               ).reshape(-1)
+    weights = (xp.asarray(g) if getattr(g, "shape", ()) == pos.shape
+               else xp.broadcast_to(g, pos.shape)).reshape(-1)
     # (in a CUDA driver the name np is CuPy: there add.at stays)
     if xp.__name__ == "numpy" and dtype.kind == "f" and dtype.itemsize <= 8:
         summed = np.bincount(pos.reshape(-1), weights=weights, minlength=size)

@@ -196,8 +196,10 @@ def _make(trace, graph_of, functions_of, rec, header):
     source = _with_defaults(source, ints, floats, py)
     digest = hashlib.sha256(source.encode()).hexdigest()[:32]
     from tracegrad._version import __version__
-    ns = cache.store(f"plan-{digest}", source, {"plan": digest, "source": header.get("source"),
-                                               "version": __version__})
+    # an ordinary cache entry (bounded and pruned with the others), keyed by its text
+    parts = {"backend": "native", "function": header.get("source"), "plan": digest,
+             "version": __version__}
+    ns = cache.store(cache.key_hash(parts), source, parts)
     plan.code = compile(source, ns["__file__"], "exec")
     plan.filename = ns["__file__"]
     return plan
