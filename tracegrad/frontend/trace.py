@@ -1128,19 +1128,11 @@ class Trace:
             return memo[1]
         h = hashlib.sha256()
         for n in self.nodes:
-            parts = [n.op, repr(n.inputs), repr(_attr_key(n.attrs)), repr(n.aval)]
-            if n.op == "const":
-                v = n.value
-                parts.append(primitives.content_digest(v)
-                             if isinstance(v, np.ndarray) else repr(v))
-            if n.loc:
-                parts.append(f"{os.path.basename(n.loc[0])}:{n.loc[1]}")
-            h.update("|".join(parts).encode())
+            h.update(_node_key(n, repr(n.aval)).encode())
             h.update(b"\n")
         h.update(repr(self.outputs).encode())
         self._hash = ((len(self.nodes), tuple(self.outputs)), h.hexdigest())
         return self._hash[1]
-
 
     def structure_sizes(self):
         """(structure, sizes): a hash of what ``structure_hash`` covers with
@@ -1153,13 +1145,14 @@ class Trace:
         sizes = []
         counts = self._counts()
         for n in self.nodes:
-            parts = [n.op, repr(n.inputs), repr(_attr_key(n.attrs))]
             if _int_size(n, counts):
                 sizes.append(n.value)
-                h.update(("|".join(parts) + "|int?\n").encode())
+                h.update(_node_key(n, "int?", value=False).encode())
+                h.update(b"\n")
                 continue
             avals = n.aval if isinstance(n.aval, tuple) and not isinstance(n.aval, Aval) \
                 else (n.aval,)
+            shapes = []
             for a in avals:
                 if isinstance(a, Aval):
                     cut = []
@@ -1169,16 +1162,10 @@ class Trace:
                             cut.append("?")
                         else:
                             cut.append(repr(d))
-                    parts.append(f"{np.dtype(a.dtype).str}[{','.join(cut)}]")
+                    shapes.append(f"{np.dtype(a.dtype).str}[{','.join(cut)}]")
                 else:
-                    parts.append(repr(a))
-            if n.op == "const":
-                v = n.value
-                parts.append(primitives.content_digest(v)
-                             if isinstance(v, np.ndarray) else repr(v))
-            if n.loc:
-                parts.append(f"{os.path.basename(n.loc[0])}:{n.loc[1]}")
-            h.update("|".join(parts).encode())
+                    shapes.append(repr(a))
+            h.update(_node_key(n, " ".join(shapes)).encode())
             h.update(b"\n")
         h.update(repr(self.outputs).encode())
         return h.hexdigest(), sizes
@@ -1217,6 +1204,18 @@ class Trace:
             copy.nodes.append(Node(n.id, n.op, n.inputs, n.attrs, aval, n.loc, n.value, n.name))
         copy._hash = None
         return copy
+
+
+def _node_key(n, aval_text, value=True):
+    """What a node contributes to a trace's structure: op, wiring, attributes,
+    its avals as ``aval_text``, a constant's value (``value``), source line."""
+    parts = [n.op, repr(n.inputs), repr(_attr_key(n.attrs)), aval_text]
+    if n.op == "const" and value:
+        v = n.value
+        parts.append(primitives.content_digest(v) if isinstance(v, np.ndarray) else repr(v))
+    if n.loc:
+        parts.append(f"{os.path.basename(n.loc[0])}:{n.loc[1]}")
+    return "|".join(parts)
 
 
 def _int_size(n, counts):

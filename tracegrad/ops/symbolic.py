@@ -44,14 +44,15 @@ class Recording:
 
     def __init__(self):
         self.lines = []         # (name, python expression over earlier names)
-        self.memo = {}          # (op, a, b) -> name: one line per distinct expression
+        self.memo = {}          # expression -> its SSA name
         self.guards = {}        # (python boolean expression) -> expected outcome
         self.marks = []         # (name, format spec, "int" | "float")
         self.special = []       # where a size was specialised (for explaining)
         self.inputs = []        # the input symbols, v[0], v[1], ...
         self.count = 0
 
-    def line(self, op, a, b, src):
+    def line(self, src):
+        """The SSA name of expression ``src`` (one line per distinct expression)."""
         key = src
         name = self.memo.get(key)
         if name is None:
@@ -135,7 +136,7 @@ class Sym:
         value = op(ah, bh)
         if type(value) not in (int, float):
             return value
-        name = rec.line(sym, a, b, f"({a} {sym} {b})")
+        name = rec.line(f"({a} {sym} {b})")
         return (SymInt if type(value) is int else SymFloat)(name, value, rec)
 
     def __add__(self, o): return self._binary(o, operator.add, "+")
@@ -175,7 +176,7 @@ class Sym:
         rec = self._live()
         if rec is None:
             return abs(self.hint)
-        return type(self)(rec.line("abs", self.name, None, f"abs({self.name})"), abs(self.hint),
+        return type(self)(rec.line(f"abs({self.name})"), abs(self.hint),
                           rec)
 
     def __divmod__(self, o):
@@ -290,7 +291,7 @@ class SymFloat(Sym):
         rec = self._live()
         if rec is None:
             return value
-        return SymInt(rec.line(fname, self.name, None, f"{fname}({self.name})"), value, rec)
+        return SymInt(rec.line(f"{fname}({self.name})"), value, rec)
 
 
 def if_less(a, b, then, other):
@@ -305,8 +306,7 @@ def if_less(a, b, then, other):
     if any(e is None for e, _ in ops):
         return then if a < b else other
     hint = ops[2][1] if ops[0][1] < ops[1][1] else ops[3][1]
-    name = rec.line("if<", None, None,
-                    f"({ops[2][0]} if {ops[0][0]} < {ops[1][0]} else {ops[3][0]})")
+    name = rec.line(f"({ops[2][0]} if {ops[0][0]} < {ops[1][0]} else {ops[3][0]})")
     return (SymInt if type(hint) is int else SymFloat)(name, hint, rec)
 
 
@@ -318,10 +318,6 @@ def larger(a, b):
 # scalar arithmetic a trace folds on symbolic constants (frontend.trace._fold)
 SCALAR_FOLDS = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
                 "div": operator.truediv, "neg": operator.neg}
-
-
-def is_sym(x):
-    return isinstance(x, Sym)
 
 
 def dim(d):
