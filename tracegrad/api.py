@@ -785,7 +785,7 @@ class Compiled:
                 # from a size): each plan would cost a build; no more tried
                 return None
             known = plans[pkey] = {"plans": [], "failures": 0}
-            self._make_plan(known, kind, trace, wrt, names, parts)
+            self._make_plan(known, rec, kind, trace, wrt, names, parts)
             return None
         if make_first:      # made before (this size's plans were tried already)
             return None
@@ -797,7 +797,7 @@ class Compiled:
             if len(known["plans"]) >= self.REGIONS_PER_PLAN or \
                     known["failures"] >= self.PLAN_FAILURES:
                 return None
-            plan = self._make_plan(known, kind, trace, wrt, names, parts)
+            plan = self._make_plan(known, rec, kind, trace, wrt, names, parts)
             ns = None if plan is None else plan.namespace(sizes)
             if ns is None:
                 return None
@@ -805,11 +805,11 @@ class Compiled:
         cache.note_target("native")
         return ns
 
-    def _make_plan(self, known, kind, trace, wrt, names, parts):
-        from tracegrad.runtime import shape_plan, toolchain
-        rec, _ = toolchain.available()
+    def _make_plan(self, known, rec, kind, trace, wrt, names, parts):
+        """A plan made from this trace (compiler recipe ``rec``), noted in ``known``."""
+        from tracegrad.runtime import shape_plan
         src, doc = _describe(kind, self.fn, wrt, names)
-        plan = None if rec is None else shape_plan.make(
+        plan = shape_plan.make(
             trace, lambda t: _transform_graph(kind, t, wrt),
             lambda g: [(g, _FN_NAME[kind], names, doc)], rec,
             {"source": src, "transform": parts["transform"], "key": "(a size plan)"})

@@ -944,7 +944,7 @@ class Trace:
         if any(isinstance(v, symbolic.Sym) for v in values) or symbolic.has_sym(list(attrs.values())):
             return self._fold_symbolic(prim, values, attrs, face)
         try:
-            out = prim.impl(np, *[self.nodes[i].value for i in ids], **attrs)
+            out = prim.impl(np, *values, **attrs)
         except Exception:   # noqa: BLE001 -- recorded as a node, the shape rule says why
             return None
 

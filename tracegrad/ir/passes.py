@@ -123,7 +123,7 @@ def _drop_explicit_broadcasts(g, v, d, ops):
         src = ir.operands(g, u)[0]
         shapes = [g.nodes[w].get("shape") or () for j, w in enumerate(ops) if j != pos]
         try:
-            ok = (primitives.broadcast_shapes(g.nodes[src].get("shape") or (), *shapes)) == d["shape"]
+            ok = primitives.broadcast_shapes(g.nodes[src].get("shape") or (), *shapes) == d["shape"]
         except ValueError:
             ok = False
         if ok:
@@ -220,7 +220,7 @@ def _collect_constants(g, v, d, op, ops):
                 continue
             dp, do = g.nodes[p], g.nodes[other]
             try:
-                shape = (primitives.broadcast_shapes(dp["shape"], do["shape"]))
+                shape = primitives.broadcast_shapes(dp["shape"], do["shape"])
             except ValueError:
                 continue
             dtype = np.result_type(dp["dtype"], do["dtype"])
@@ -343,7 +343,7 @@ def _diagonal_matmul(g, v, d, ops):
     w = factors[0]
     for f in factors[1:]:
         w = add_node(g, "mul", [w, f], {},
-                     (primitives.broadcast_shapes(g.nodes[w]["shape"], g.nodes[f]["shape"])),
+                     primitives.broadcast_shapes(g.nodes[w]["shape"], g.nodes[f]["shape"]),
                      np.result_type(g.nodes[w]["dtype"], g.nodes[f]["dtype"]), d.get("loc"))
     dw = g.nodes[w]
     if dw["shape"] == (n,):
@@ -372,8 +372,8 @@ def _push_negations(g, v, d, op, ops):
     if nb:
         y = ir.operands(g, b)[0]
         new_op = "sub" if op == "add" else "add"
-        if (primitives.broadcast_shapes(g.nodes[a].get("shape") or (),
-                                     g.nodes[y].get("shape") or ())) == d["shape"]:
+        if primitives.broadcast_shapes(g.nodes[a].get("shape") or (),
+                                       g.nodes[y].get("shape") or ()) == d["shape"]:
             return add_node(g, new_op, [a, y], {}, d["shape"], d["dtype"], d.get("loc"))
     if na and op == "add":
         x = ir.operands(g, a)[0]

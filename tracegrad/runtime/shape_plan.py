@@ -71,7 +71,6 @@ class Plan:
         self.py_slots = py_slots    # per _D entry: (index in values, spec, kind)
         self.code = code
         self.filename = filename
-        self.served = 0
 
     def numbers(self, sizes):
         """(ints, floats, driver values) at ``sizes``, or None where a guard
@@ -82,18 +81,12 @@ class Plan:
             return None
         if vals is None:
             return None
-        ints, floats = [], []
-        for (j, spec, kind) in self.c_slots:
-            x = _literal(vals[j], spec, kind)
-            if x is None:
-                return None
-            (ints if kind == "d" else floats).append(x)
-        py = []
-        for (j, spec, kind) in self.py_slots:
-            x = _literal(vals[j], spec, kind)
-            if x is None:
-                return None
-            py.append(x)
+        c = [_literal(vals[j], spec, kind) for j, spec, kind in self.c_slots]
+        py = [_literal(vals[j], spec, kind) for j, spec, kind in self.py_slots]
+        if None in c or None in py:
+            return None
+        ints = [x for x, (_, _, kind) in zip(c, self.c_slots) if kind == "d"]
+        floats = [x for x, (_, _, kind) in zip(c, self.c_slots) if kind == "f"]
         return ints, floats, tuple(py)
 
     def namespace(self, sizes):
@@ -105,7 +98,6 @@ class Plan:
         ns = {"__name__": "tracegrad_generated_plan", "__file__": self.filename,
               "_PLAN_INTS": ints, "_PLAN_FLOATS": floats, "_PLAN_D": py}
         exec(self.code, ns)
-        self.served += 1
         return ns
 
 
@@ -116,12 +108,17 @@ def _literal(value, spec, kind):
     if kind == "d":
         if type(value) is not int or value < 0 or value >= 1 << 63:
             return None
-        text = repr(value) if spec == "r" else format(value, spec)
+        text = _spell(value, spec)
         return int(text) if _INT_TEXT.match(text) else None
     if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         return None
-    text = repr(value) if spec == "r" else format(value, spec)
+    text = _spell(value, spec)
     return float(text) if generic._FLOAT.match(text) else None
+
+
+def _spell(value, spec):
+    """``value`` as the generator wrote it (a marker's format spec; "r": repr)."""
+    return repr(value) if spec == "r" else format(value, spec)
 
 
 def make(trace, graph_of, functions_of, rec, header):
@@ -210,27 +207,22 @@ class _Formulas:
 
     def __init__(self, recording):
         self.rec = recording
-        self.hints = {}
-        for s in recording.inputs:
-            self.hints[s.name] = s.hint
-        self.values = {}     # SSA name -> hint value (for the texts at the hint)
+        # every SSA name's value at the hint (for the texts at the hint)
         env = {"v": [s.hint for s in recording.inputs], "math": math, "abs": abs}
         for name, src in recording.lines:
             env[name] = eval(src, env)  # noqa: S307 -- our own arithmetic on numbers
-            self.values[name] = env[name]
         self._env = env
         self.extra_guards = {}      # specialised where a number could not be a hole
 
     def value(self, name):
         if name.startswith("v["):
             return self._env["v"][int(name[2:-1])]
-        return self.values[name]
+        return self._env[name]
 
     def text(self, k):
         """Marker k's text at the hint."""
         name, spec, _ = self.rec.marks[k]
-        v = self.value(name)
-        return repr(v) if spec == "r" else format(v, spec)
+        return _spell(self.value(name), spec)
 
     def at_hint(self, text):
         return _MARK.sub(lambda m: self.text(int(m.group(1))), text)
